@@ -1,0 +1,159 @@
+"""Raw composed YAML (plain dicts) -> typed, frozen `RunConfig`.
+
+Role sections are merged as MindSpeed-RL does: the chosen model's architecture, then
+`megatron_training`, then the role's own section, so role keys win over shared ones and shared
+ones over the model file. Every problem found is collected and raised together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mindrl.config.errors import ConfigError
+from mindrl.config.fields import _Problems, build_dataclass, build_groups, suggest
+from mindrl.config.generate import GenerateConfig
+from mindrl.config.rl import RL_GROUPS, RLConfig
+from mindrl.config.role import ROLE_GROUPS, ROLE_NAMES, RoleConfig
+from mindrl.config.run import RunConfig, RuntimeConfig
+
+TOP_LEVEL_KEYS = (
+    "model",
+    "megatron_training",
+    "actor_config",
+    "ref_config",
+    "reward_config",
+    "rl_config",
+    "generate_config",
+    "runtime",
+)
+
+
+def _section(raw: Mapping[str, Any], key: str, problems: _Problems) -> dict[str, Any]:
+    value = raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.add(f"{key}: expected a mapping, got {type(value).__name__}")
+        return {}
+    return dict(value)
+
+
+def _pick_model(
+    raw: Mapping[str, Any],
+    shared: Mapping[str, Any],
+    section: str,
+    own: Mapping[str, Any],
+    problems: _Problems,
+) -> tuple[str, dict[str, Any]] | None:
+    models = _section(raw, "model", problems)
+    name = own.get("model", shared.get("model"))
+    if name is None:
+        if len(models) == 1:
+            name = next(iter(models))
+        else:
+            problems.add(
+                f"{section}.model: required (configured models: {sorted(models) or 'none'}; "
+                "add one under defaults: - model: NAME)"
+            )
+            return None
+    if name not in models:
+        where = f"{section}.model" if "model" in own else "megatron_training.model"
+        problems.add(
+            f"{where}: model {name!r} is not loaded (loaded: {sorted(models)}); list it under "
+            "defaults: - model:" + suggest(str(name), map(str, models))
+        )
+        return None
+    arch = models[name]
+    if not isinstance(arch, Mapping):
+        problems.add(f"model.{name}: expected a mapping of architecture keys")
+        return None
+    return str(name), dict(arch)
+
+
+def _build_role(
+    raw: Mapping[str, Any], role: str, num_devices: int, problems: _Problems
+) -> RoleConfig | None:
+    section = ROLE_NAMES[role]
+    shared = _section(raw, "megatron_training", problems)
+    own = _section(raw, section, problems)
+    picked = _pick_model(raw, shared, section, own, problems)
+    if picked is None:
+        return None
+    model_name, arch = picked
+    flat: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for src, values in (
+        (f"model.{model_name}", arch),
+        ("megatron_training", shared),
+        (section, own),
+    ):
+        for key, value in values.items():
+            if key == "model":
+                continue
+            flat[str(key)] = value
+            origin[str(key)] = src
+    flat.setdefault("name", model_name)
+    groups = build_groups(ROLE_GROUPS, flat, section, problems, origin)
+    if any(v is None for v in groups.values()):
+        return None
+    return RoleConfig(role=role, num_devices=num_devices, **groups)
+
+
+def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
+    """Type-check and group a composed config; raise ConfigError listing every problem."""
+    problems = _Problems()
+    for key in raw:
+        if key not in TOP_LEVEL_KEYS:
+            problems.add(f"{key}: unknown top-level section" + suggest(str(key), TOP_LEVEL_KEYS))
+    if raw.get("actor_config") is None:
+        problems.add("actor_config: required section is missing")
+
+    rl_groups = build_groups(RL_GROUPS, _section(raw, "rl_config", problems), "rl_config", problems)
+    generate = build_dataclass(
+        GenerateConfig, _section(raw, "generate_config", problems), "generate_config", problems
+    )
+    runtime = build_dataclass(
+        RuntimeConfig, _section(raw, "runtime", problems), "runtime", problems
+    )
+    if any(v is None for v in rl_groups.values()) or generate is None or runtime is None:
+        raise ConfigError(problems.items)
+    rl = RLConfig(**rl_groups)
+    res = rl.resources
+
+    actor = _build_role(raw, "actor", res.actor_resource.num_npus, problems)
+    ref = reward = None
+    if raw.get("ref_config") is not None:
+        ref_devices = _role_devices("ref", res.reference_resource, res, problems)
+        ref = _build_role(raw, "ref", ref_devices, problems)
+    elif res.reference_resource is not None:
+        problems.add("rl_config.reference_resource: set, but there is no ref_config section")
+    if res.reward_resource is not None:
+        if raw.get("reward_config") is None:
+            problems.add("rl_config.reward_resource: set, but there is no reward_config section")
+        else:
+            reward = _build_role(raw, "reward", res.reward_resource.num_npus, problems)
+    if problems.items:
+        raise ConfigError(problems.items)
+    assert actor is not None
+    return RunConfig(
+        config_name=config_name,
+        actor=actor,
+        ref=ref,
+        reward=reward,
+        rl=rl,
+        generate=generate,
+        runtime=runtime,
+    )
+
+
+def _role_devices(role: str, spec: Any, res: Any, problems: _Problems) -> int:
+    if spec is not None:
+        return int(spec.num_npus)
+    if res.colocate_actor_ref or res.colocate_all_models:
+        return int(res.actor_resource.num_npus)
+    problems.add(
+        "rl_config.reference_resource: required for ref_config (or set "
+        "rl_config.colocate_actor_ref: true to share the actor's devices)"
+    )
+    return 1

