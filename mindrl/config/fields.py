@@ -205,10 +205,7 @@ def build_dataclass(cls: type[T], values: Mapping[str, Any], path: str, problems
         else:
             problems.add(f"{_join(path, str(key))}: unknown key" + suggest(str(key), valid))
     kwargs = _build_fields(cls, known, lambda k: _join(path, k), problems)
-    try:
-        return cls(**kwargs)
-    except TypeError:
-        return None  # type: ignore[return-value]  # problems already say why
+    return _construct(cls, kwargs, path, problems)  # type: ignore[return-value]
 
 
 def build_groups(
@@ -242,11 +239,19 @@ def build_groups(
         kwargs = _build_fields(
             cls, per_group[group], lambda k: _join(origin.get(k, path), k), problems
         )
-        try:
-            out[group] = cls(**kwargs)
-        except TypeError:
-            out[group] = None
+        out[group] = _construct(cls, kwargs, path, problems)
     return out
+
+
+def _construct(cls: type[T], kwargs: dict[str, Any], path: str, problems: _Problems) -> T | None:
+    """cls(**kwargs); a dataclass's own cross-field check (ValueError) becomes a problem."""
+    try:
+        return cls(**kwargs)
+    except TypeError:
+        return None  # a missing or mistyped key, already reported
+    except ValueError as exc:
+        problems.add(f"{path}: {exc}")
+        return None
 
 
 def as_dict(obj: Any) -> Any:

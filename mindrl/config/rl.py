@@ -5,10 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mindrl.config.fields import spec
+from mindrl.rewards.types import RewardParams  # cosine / repetition / soft_overlong knobs
 
-ADV_ESTIMATORS = ("group_norm", "grpo_no_std", "dr_grpo", "rloo", "reinforce_plus_plus_baseline")
-GROUP_ESTIMATORS = ("group_norm", "grpo_no_std", "dr_grpo", "rloo", "reinforce_plus_plus_baseline")
+# Names mirror mindrl.algorithms (kept here as literals so validation does not import torch;
+# tests/unit/test_config_names.py checks they agree).
+ADV_ESTIMATORS = (
+    "group_norm",
+    "grpo",
+    "grpo_no_std",
+    "dr_grpo",
+    "rloo",
+    "reinforce_plus_plus_baseline",
+)
+GROUP_ESTIMATORS = ADV_ESTIMATORS  # all of them compare samples within a prompt's group
 KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+LOSS_AGG_MODES = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+)
 
 
 @dataclass(frozen=True)
@@ -30,9 +46,7 @@ class AlgorithmConfig:
         None, gt=0.0, le=1.0, aliases=("epsilon_high",), help="DAPO clip-higher upper bound"
     )
     clip_ratio_c: float = spec(3.0, gt=1.0, help="dual-clip bound for negative advantages")
-    loss_agg_mode: str = spec(
-        "token-mean", choices=("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-    )
+    loss_agg_mode: str = spec("token-mean", choices=LOSS_AGG_MODES)
     kl_penalty: str = spec("low_var_kl", choices=KL_TYPES, help="KL estimator")
     kl_ctrl_type: str = spec("fixed", choices=("fixed", "adaptive"))
     init_kl_coef: float = spec(0.0, ge=0.0, help="KL-in-reward coefficient (0 disables)")
@@ -96,6 +110,7 @@ class LoopConfig:
 RL_GROUPS: dict[str, type] = {
     "algorithm": AlgorithmConfig,
     "reward": RewardConfig,
+    "reward_params": RewardParams,
     "resources": ResourceConfig,
     "logging": LoggingConfig,
     "loop": LoopConfig,
@@ -106,6 +121,7 @@ RL_GROUPS: dict[str, type] = {
 class RLConfig:
     algorithm: AlgorithmConfig
     reward: RewardConfig
+    reward_params: RewardParams
     resources: ResourceConfig
     logging: LoggingConfig
     loop: LoopConfig

@@ -132,3 +132,19 @@ def test_custom_verifier_file_registers_a_name(tmp_path):
         check_paths=False,
     )
     assert run.rl.reward.verifier_function == ("always_one_for_test",)
+
+
+def test_reward_params_are_rl_config_keys():
+    run, _ = load_run_config(
+        BASE,
+        ["rl_config.cosine_max_len=512", "rl_config.strict_format_require_boxed=false"],
+        check_paths=False,
+    )
+    assert run.rl.reward_params.cosine_max_len == 512
+    assert run.rl.reward_params.strict_format_require_boxed is False
+    with pytest.raises(ConfigError, match="soft_cache_length"):
+        load_run_config(
+            BASE,
+            ["rl_config.soft_max_length=100", "rl_config.soft_cache_length=200"],
+            check_paths=False,
+        )

@@ -1,0 +1,11 @@
+"""mindrl.rewards: rule rewards for GRPO.
+
+registry    name -> verifier function (`rl_config.verifier_function`), custom verifier files
+types       SampleMeta / RewardParams and the verifier contract
+extraction  final-answer extraction and equivalence (also used to check dataset labels)
+builtin     acc, accuracy, base_acc, format, strict_format, cosine, repetition, soft_overlong
+pool        worker processes with per-call timeouts that survive hangs and crashes
+scorer      RewardScorer: weighted sum of verifiers over a batch, with metrics
+
+Nothing heavy is imported here: config validation imports `registry` alone.
+"""
