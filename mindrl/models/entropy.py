@@ -1,0 +1,42 @@
+"""Per-token entropy of the model's distribution from tensor-parallel vocab slices."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+def vocab_parallel_entropy(logits: torch.Tensor, vocab_size: int | None = None) -> torch.Tensor:
+    """H = logsumexp(x) - sum(softmax(x) * x) over the full vocabulary, fp32, differentiable.
+
+    `logits` is this TP rank's [..., V/TP] slice; rows >= vocab_size are padding and excluded.
+    The partial sums are all-reduced over the TP group (identity backward, as megatron's
+    vocab-parallel cross entropy does), so every TP rank returns the same entropy.
+    """
+    import torch
+
+    from mindrl.models.logprobs import _masked_float_logits, _tp_rank_size
+
+    x = _masked_float_logits(logits, vocab_size, 1.0)
+    _, tp_size = _tp_rank_size()
+    if tp_size == 1:
+        logp = torch.log_softmax(x, dim=-1)
+        return -(logp.exp() * logp).sum(-1)
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region
+
+    with torch.no_grad():
+        local_max = x.max(dim=-1, keepdim=True).values
+        global_max = local_max.clone()
+        dist.all_reduce(
+            global_max, op=dist.ReduceOp.MAX, group=ps.get_tensor_model_parallel_group()
+        )
+    shifted = x - global_max
+    exp = torch.where(torch.isinf(shifted), torch.zeros_like(shifted), shifted.exp())
+    sum_exp = reduce_from_tensor_model_parallel_region(exp.sum(-1))
+    finite = torch.where(torch.isinf(shifted), torch.zeros_like(shifted), shifted)
+    sum_exp_x = reduce_from_tensor_model_parallel_region((exp * finite).sum(-1))
+    return sum_exp.log() - sum_exp_x / sum_exp

@@ -1,0 +1,132 @@
+"""The batch that flows between the driver and the role workers.
+
+One row per sample (prompt x n). Sequences are laid out as `prompt + response`, right-padded
+to the longest in the batch; every per-token quantity (log-probs, advantages, masks) lives on
+the `[B, S-1]` next-token grid that `forward_only` returns, where column j predicts token j+1.
+The driver owns it; workers receive chunks (split by data-parallel rank) and return tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class SampleBatch:
+    input_ids: torch.Tensor  # [B, S] int64, prompt + response, right-padded with pad_id
+    attention_mask: torch.Tensor  # [B, S] int64, 1 on real tokens
+    response_mask: torch.Tensor  # [B, S-1] float32, 1 where column j predicts a response token
+    prompt_lengths: torch.Tensor  # [B] int64
+    response_lengths: torch.Tensor  # [B] int64
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # [B, S-1] grids or [B]
+    meta: dict[str, list[Any]] = field(default_factory=dict)  # per-sample python values
+
+    @property
+    def size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def with_tensors(self, **tensors: torch.Tensor) -> SampleBatch:
+        for name, t in tensors.items():
+            if t.shape[0] != self.size:
+                raise ValueError(f"tensor {name} has {t.shape[0]} rows, batch has {self.size}")
+        return replace(self, tensors={**self.tensors, **tensors})
+
+    def select(self, index: torch.Tensor | list[int]) -> SampleBatch:
+        """Rows `index`, in that order (mini-batch shuffles, DP chunks, DAPO filtering)."""
+        idx = torch.as_tensor(index, dtype=torch.long)
+        rows = idx.tolist()
+        return SampleBatch(
+            input_ids=self.input_ids[idx],
+            attention_mask=self.attention_mask[idx],
+            response_mask=self.response_mask[idx],
+            prompt_lengths=self.prompt_lengths[idx],
+            response_lengths=self.response_lengths[idx],
+            tensors={k: v[idx] for k, v in self.tensors.items()},
+            meta={k: [v[i] for i in rows] for k, v in self.meta.items()},
+        )
+
+    def chunks(self, n: int) -> list[SampleBatch]:
+        """n contiguous equal chunks (the caller guarantees divisibility: validated config)."""
+        if self.size % n:
+            raise ValueError(f"batch of {self.size} does not split into {n} equal chunks")
+        step = self.size // n
+        return [self.select(list(range(i * step, (i + 1) * step))) for i in range(n)]
+
+    @staticmethod
+    def concat(parts: list[SampleBatch]) -> SampleBatch:
+        seq = max(p.input_ids.shape[1] for p in parts)
+        pad = [_pad_cols(p, seq) for p in parts]
+        keys = pad[0].tensors.keys()
+        return SampleBatch(
+            input_ids=torch.cat([p.input_ids for p in pad]),
+            attention_mask=torch.cat([p.attention_mask for p in pad]),
+            response_mask=torch.cat([p.response_mask for p in pad]),
+            prompt_lengths=torch.cat([p.prompt_lengths for p in pad]),
+            response_lengths=torch.cat([p.response_lengths for p in pad]),
+            tensors={k: torch.cat([p.tensors[k] for p in pad]) for k in keys},
+            meta={k: sum((p.meta[k] for p in pad), []) for k in pad[0].meta},
+        )
+
+
+def _pad_cols(batch: SampleBatch, seq: int) -> SampleBatch:
+    extra = seq - batch.input_ids.shape[1]
+    if extra == 0:
+        return batch
+
+    def pad(t: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (0, extra))
+
+    grid = {k: pad(v) if v.dim() == 2 else v for k, v in batch.tensors.items()}
+    return replace(
+        batch,
+        input_ids=pad(batch.input_ids),
+        attention_mask=pad(batch.attention_mask),
+        response_mask=pad(batch.response_mask),
+        tensors=grid,
+    )
+
+
+def build_sample_batch(
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    pad_id: int,
+    meta: dict[str, list[Any]] | None = None,
+    rollout_log_probs: list[list[float]] | None = None,
+) -> SampleBatch:
+    """Lay out prompt + response rows; rollout log-probs land on the response columns."""
+    if len(prompts) != len(responses):
+        raise ValueError(f"{len(prompts)} prompts for {len(responses)} responses")
+    lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+    seq = max(max(lengths), 2)
+    bsz = len(prompts)
+    input_ids = torch.full((bsz, seq), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((bsz, seq), dtype=torch.long)
+    response_mask = torch.zeros((bsz, seq - 1), dtype=torch.float32)
+    rollout_lp = torch.zeros((bsz, seq - 1), dtype=torch.float32)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        if not p:
+            raise ValueError(f"sample {i} has an empty prompt")
+        ids = list(p) + list(r)
+        input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[i, : len(ids)] = 1
+        start = len(p) - 1  # column predicting the first response token
+        response_mask[i, start : start + len(r)] = 1.0
+        if rollout_log_probs is not None:
+            lp = rollout_log_probs[i]
+            if len(lp) != len(r):
+                raise ValueError(f"sample {i}: {len(lp)} log-probs for {len(r)} response tokens")
+            rollout_lp[i, start : start + len(r)] = torch.tensor(lp, dtype=torch.float32)
+    batch = SampleBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        response_mask=response_mask,
+        prompt_lengths=torch.tensor([len(p) for p in prompts], dtype=torch.long),
+        response_lengths=torch.tensor([len(r) for r in responses], dtype=torch.long),
+        meta=dict(meta or {}),
+    )
+    if rollout_log_probs is not None:
+        batch = batch.with_tensors(rollout_log_probs=rollout_lp)
+    return batch

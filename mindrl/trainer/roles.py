@@ -1,0 +1,94 @@
+"""Start the role worker groups of a run on the placement plan's device groups.
+
+The driver sees one `Roles` object: worker groups for the actor (with the rollout engine in
+the hybrid layout) and the reference, and the placement groups they sit on. Which roles share
+devices is the plan's business; the loop's code is the same for every placement.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from mindrl.cluster.placement import PlacementPlan
+from mindrl.config.run import RunConfig
+
+
+@dataclass
+class Roles:
+    actor: Any  # WorkerGroup of ActorWorker
+    ref: Any | None  # WorkerGroup of ReferenceWorker
+    placement_groups: dict[str, Any]
+
+    def groups(self) -> list[Any]:
+        return [g for g in (self.actor, self.ref) if g is not None]
+
+    def shutdown(self) -> None:
+        from mindrl.cluster.worker_group import remove_placement_groups
+
+        for group in self.groups():
+            group.shutdown()
+        remove_placement_groups(self.placement_groups)
+
+
+def _worker_env(run: RunConfig, cpus: float) -> dict[str, str]:
+    """Threads per worker: the CPUs of its bundle share (Ray would leave one per actor)."""
+    threads = max(int(cpus), 1)
+    env = {"MINDRL_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    if run.generate.rollout_backend != "hf":
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(run.generate.cpu_kvcache_space_gb)
+    for name in ("MINDRL_ASSETS_DIR", "MINDRL_ACCELERATOR"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) -> Roles:
+    """Placement groups, then one worker group per role; constructors only (no model yet)."""
+    from mindrl.cluster.worker_group import (
+        WorkerGroup,
+        bundle_indices,
+        cpus_per_worker,
+        create_placement_groups,
+        devices_per_worker,
+    )
+    from mindrl.workers.actor import ActorWorker
+    from mindrl.workers.megatron_worker import ReferenceWorker
+
+    timeout = run.runtime.worker_timeout_s
+    pgs = create_placement_groups(plan, timeout_s=min(timeout, 300.0))
+    groups: dict[str, Any] = {}
+    try:
+        for device_group in plan.groups:
+            for layout in device_group.roles:
+                if layout.role == "rollout":
+                    raise NotImplementedError(
+                        "rollout in its own worker group (use_integrated_worker: false) is not "
+                        "implemented yet; use the hybrid actor (use_integrated_worker: true)"
+                    )
+                cls, args = {
+                    "actor": (ActorWorker, (run,)),
+                    "ref": (ReferenceWorker, (run,)),
+                }.get(layout.role, (None, ()))
+                if cls is None:
+                    raise NotImplementedError(f"no worker for role {layout.role!r} yet")
+                cpus = cpus_per_worker(device_group)
+                groups[layout.role] = WorkerGroup(
+                    cls,
+                    layout.role,
+                    pgs[device_group.name],
+                    bundle_indices(device_group, layout.role),
+                    num_cpus_per_worker=cpus,
+                    num_devices_per_worker=devices_per_worker(device_group, plan.resource),
+                    device_resource=plan.resource,
+                    env=_worker_env(run, float(device_group.bundle.get("CPU", 1.0))),
+                    init_args=args,
+                    master_addr=master_addr,
+                    timeout_s=timeout,
+                )
+    except BaseException:
+        Roles(groups.get("actor"), groups.get("ref"), pgs).shutdown()
+        raise
+    return Roles(actor=groups["actor"], ref=groups.get("ref"), placement_groups=pgs)

@@ -1,0 +1,127 @@
+"""What the actor and reference roles share: one megatron-core model on this rank's TP/PP
+position, loaded from an HF folder (converted online) or a megatron checkpoint, and per-token
+log-probs through megatron's pipeline schedule.
+
+A worker is a plain class; `mindrl.cluster.worker_group` runs one per rank as a Ray actor and
+hands it RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mindrl.cluster.worker import Worker
+from mindrl.config.role import RoleConfig
+from mindrl.config.run import RunConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from mindrl.trainer.batch import SampleBatch
+
+logger = logging.getLogger(__name__)
+
+
+def is_hf_folder(path: str | Path) -> bool:
+    path = Path(path)
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+class MegatronModelWorker(Worker):
+    """One rank of a role's megatron-core model (forward only unless a subclass trains it)."""
+
+    def __init__(self, run: RunConfig, role: str):
+        super().__init__()
+        self.run = run
+        self.cfg: RoleConfig = {"actor": run.actor, "ref": run.ref, "reward": run.reward}[role]  # type: ignore[assignment]
+        self.role = role
+        self.model_chunks: list[Any] = []
+        self.info: Any = None
+
+    # -- set-up -----------------------------------------------------------------------------
+    def init_model(self, resume_dir: str | None = None) -> dict[str, int]:
+        """Join the process group, build this rank's model chunk and load its weights (from
+        `resume_dir`, a trainer checkpoint, when resuming)."""
+        import torch
+
+        from mindrl.models.gpt import build_gpt_model
+        from mindrl.models.parallel import init_parallel
+
+        threads = int(os.environ.get("MINDRL_NUM_THREADS", "0"))
+        if threads > 0:
+            torch.set_num_threads(threads)
+        self.info = init_parallel(
+            self.cfg.tp,
+            self.cfg.pp,
+            accelerator=self.run.runtime.accelerator,
+            seed=self.cfg.data.seed,
+            timeout_s=self.run.runtime.worker_timeout_s,
+        )
+        model = build_gpt_model(self.cfg.model, params_dtype=self.cfg.precision.params_dtype)
+        self.model_chunks = [self.wrap_model(model)]
+        if resume_dir is None:
+            self.load_weights()
+        return {"rank": self.info.rank, "dp_rank": self.info.dp_rank, "dp_size": self.info.dp_size}
+
+    def wrap_model(self, model: Any) -> Any:
+        """Hook for subclasses (the actor wraps in megatron's DDP)."""
+        model.eval()
+        return model
+
+    def load_weights(self) -> None:
+        load = self.cfg.ckpt.load
+        if load is None:
+            logger.warning("%s: no load path, weights stay randomly initialised", self.role)
+            return
+        if is_hf_folder(load):
+            from mindrl.checkpoint.online import load_hf_into_mcore
+
+            load_hf_into_mcore(self.model_chunks, load, arch=self.cfg.model)
+        else:
+            from mindrl.checkpoint.mcore_io import load_mcore_checkpoint
+
+            load_mcore_checkpoint(self.model_chunks, load)
+
+    # -- queries ----------------------------------------------------------------------------
+    def dp_rank(self) -> int:
+        return int(self.info.dp_rank)
+
+    def parallel_info(self) -> dict[str, int]:
+        i = self.info
+        return {"rank": i.rank, "tp_rank": i.tp_rank, "pp_rank": i.pp_rank, "dp_rank": i.dp_rank}
+
+    # -- compute ----------------------------------------------------------------------------
+    def compute_log_prob(self, batch: SampleBatch) -> torch.Tensor:
+        """Per-token log-probs [B, S-1] of `batch` under this model (no grad), fp32."""
+        from mindrl.models.logprobs import forward_only
+
+        for chunk in self.model_chunks:
+            chunk.eval()
+        return forward_only(
+            self.model_chunks,
+            batch.input_ids,
+            vocab_size=self.cfg.model.vocab_size,
+            attention_mask=batch.attention_mask,
+            micro_batch_size=self._micro_batch(batch.size),
+        ).cpu()
+
+    def _micro_batch(self, batch_size: int) -> int:
+        mbs = min(self.cfg.batch.micro_batch_size, batch_size)
+        while batch_size % mbs:
+            mbs -= 1
+        return mbs
+
+    def shutdown(self) -> None:
+        from mindrl.models.parallel import destroy_parallel
+
+        destroy_parallel()
+
+
+class ReferenceWorker(MegatronModelWorker):
+    """The frozen reference policy: log-probs only, never updated."""
+
+    def __init__(self, run: RunConfig):
+        super().__init__(run, "ref")
