@@ -154,7 +154,10 @@ class TrainContext:
             self.roles.actor.execute_all("init_model", self.resume_dir)
             if self.roles.ref is not None:
                 self.roles.ref.execute_all("init_model")
-            self.roles.actor.execute_all("sync_weights")
+            if self.roles.rollout is not None:
+                model_dir = self.roles.actor.execute_rank(0, "engine_model_dir")
+                self.roles.rollout.execute_all("init_engine", model_dir)
+            self.sync_weights()
             self.logger = stack.enter_context(
                 MetricsLogger(
                     self.out_dir,
@@ -165,6 +168,21 @@ class TrainContext:
                 )
             )
             yield self
+
+    def sync_weights(self) -> dict[str, float]:
+        """Trained weights -> every rollout engine (in the actor, or in the rollout group)."""
+        import time
+
+        roles = self.roles
+        if roles.rollout is None:
+            return roles.actor.execute_all("sync_weights")[0]
+        start = time.perf_counter()
+        refs = next(r for r in roles.actor.execute_all("pack_weights") if r)
+        moved = roles.rollout.execute_all("load_weight_buckets", refs)[0]
+        return {
+            "timing/resharding_to_infer": time.perf_counter() - start,
+            "resharding/bytes": float(moved),
+        }
 
     def new_timer(self) -> Any:
         from mindrl.trainer.metrics import Timer
@@ -187,12 +205,12 @@ class TrainContext:
 
     def rollout(self, records: list[Any], sampling: Any) -> SampleBatch:
         """n responses per prompt from the actor's engines, one chunk of prompts per DP rank."""
-        actor = self.roles.actor
+        gen = self.roles.generator
         prompts = [list(r.prompt_ids) for r in records]
-        chunks = actor.split_by_dp(prompts)
-        actor.execute_all("rollout_mode")
-        per_dp = actor.collect_by_dp(actor.dispatch_by_dp("generate", chunks, sampling))
-        actor.execute_all("train_mode")
+        chunks = gen.split_by_dp(prompts)
+        gen.execute_all("rollout_mode")
+        per_dp = gen.collect_by_dp(gen.dispatch_by_dp("generate", chunks, sampling))
+        gen.execute_all("train_mode")
         rows: list[dict[str, Any]] = []
         offset = 0
         for chunk, results in zip(chunks, per_dp):
@@ -322,7 +340,7 @@ class TrainContext:
             logger.warning("validation requested but rl_config.val_data_path is not set")
             return
         val = PromptDataset(path)
-        dp = self.roles.actor.dp_size
+        dp = self.roles.generator.dp_size
         usable = len(val) - len(val) % dp
         batch = self.rollout(val.batch(list(range(usable))), self.sampling(step, validation=True))
         scores, metrics = self.score(batch)

@@ -42,7 +42,7 @@ def grpo_step(ctx: TrainContext, step: int) -> dict[str, float]:
                 0
             ]
         with timer("sync"):
-            sync = roles.actor.execute_all("sync_weights")[0]
+            sync = ctx.sync_weights()
     return ctx.step_metrics(batch, scores, timer, reward_metrics, kl_metrics, update, sync)
 
 

@@ -19,10 +19,16 @@ from mindrl.config.run import RunConfig
 class Roles:
     actor: Any  # WorkerGroup of ActorWorker
     ref: Any | None  # WorkerGroup of ReferenceWorker
+    rollout: Any | None  # WorkerGroup of RolloutWorker when rollout has its own devices
     placement_groups: dict[str, Any]
 
+    @property
+    def generator(self) -> Any:
+        """The group that generates: the rollout group, else the hybrid actor."""
+        return self.rollout if self.rollout is not None else self.actor
+
     def groups(self) -> list[Any]:
-        return [g for g in (self.actor, self.ref) if g is not None]
+        return [g for g in (self.actor, self.ref, self.rollout) if g is not None]
 
     def shutdown(self) -> None:
         from mindrl.cluster.worker_group import remove_placement_groups
@@ -56,6 +62,7 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
     )
     from mindrl.workers.actor import ActorWorker
     from mindrl.workers.megatron_worker import ReferenceWorker
+    from mindrl.workers.rollout import RolloutWorker
 
     timeout = run.runtime.worker_timeout_s
     pgs = create_placement_groups(plan, timeout_s=min(timeout, 300.0))
@@ -63,14 +70,11 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
     try:
         for device_group in plan.groups:
             for layout in device_group.roles:
-                if layout.role == "rollout":
-                    raise NotImplementedError(
-                        "rollout in its own worker group (use_integrated_worker: false) is not "
-                        "implemented yet; use the hybrid actor (use_integrated_worker: true)"
-                    )
+                hybrid = run.rl.resources.use_integrated_worker
                 cls, args = {
-                    "actor": (ActorWorker, (run,)),
+                    "actor": (ActorWorker, (run, hybrid)),
                     "ref": (ReferenceWorker, (run,)),
+                    "rollout": (RolloutWorker, (run,)),
                 }.get(layout.role, (None, ()))
                 if cls is None:
                     raise NotImplementedError(f"no worker for role {layout.role!r} yet")
@@ -89,6 +93,6 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
                     timeout_s=timeout,
                 )
     except BaseException:
-        Roles(groups.get("actor"), groups.get("ref"), pgs).shutdown()
+        Roles(groups.get("actor"), groups.get("ref"), groups.get("rollout"), pgs).shutdown()
         raise
-    return Roles(actor=groups["actor"], ref=groups.get("ref"), placement_groups=pgs)
+    return Roles(groups["actor"], groups.get("ref"), groups.get("rollout"), pgs)

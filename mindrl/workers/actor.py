@@ -20,6 +20,19 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def results_to_rows(results: list[Any]) -> list[dict[str, Any]]:
+    """RolloutResults as plain dicts (cheap to ship through Ray)."""
+    return [
+        {
+            "prompt_index": r.prompt_index,
+            "token_ids": list(r.token_ids),
+            "log_probs": list(r.logprobs),
+            "finish_reason": r.finish_reason,
+        }
+        for r in results
+    ]
+
+
 # Aggregated with the global normaliser: micro-batch and DP-rank parts add up to the mean.
 SUMMED_LOSS_METRICS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy"})
 
@@ -119,7 +132,8 @@ class ActorWorker(MegatronModelWorker):
         """One engine per data-parallel replica, on its first TP and PP rank."""
         return self.info.tp_rank == 0 and self.info.pp_rank == 0
 
-    def _engine_model_dir(self) -> str:
+    def engine_model_dir(self) -> str:
+        """The HF folder (config + tokenizer) a rollout engine starts from."""
         for candidate in (self.cfg.ckpt.load, self.cfg.data.tokenizer_name_or_path):
             if candidate and is_hf_folder(candidate):
                 return str(candidate)
@@ -133,7 +147,7 @@ class ActorWorker(MegatronModelWorker):
         from mindrl.rollout import build_rollout_engine
 
         self.engine = build_rollout_engine(
-            self._engine_model_dir(),
+            self.engine_model_dir(),
             self.run.generate,
             accelerator=get_accelerator(self.run.runtime.accelerator).name,
             seed=self.cfg.data.seed,
@@ -145,16 +159,7 @@ class ActorWorker(MegatronModelWorker):
         """Rollouts for this DP replica's prompts (None on ranks without an engine)."""
         if self.engine is None:
             return None
-        results = self.engine.generate(prompts, sampling)
-        return [
-            {
-                "prompt_index": r.prompt_index,
-                "token_ids": list(r.token_ids),
-                "log_probs": list(r.logprobs),
-                "finish_reason": r.finish_reason,
-            }
-            for r in results
-        ]
+        return results_to_rows(self.engine.generate(prompts, sampling))
 
     def sync_weights(self) -> dict[str, float]:
         """Stream the trained weights, in HF naming, into this replica's rollout engine."""
@@ -175,6 +180,23 @@ class ActorWorker(MegatronModelWorker):
             "timing/resharding_to_infer": time.perf_counter() - start,
             "resharding/bytes": float(moved),
         }
+
+    def pack_weights(self) -> list[Any]:
+        """For a separate rollout group: the HF-named weights as object-store buckets of
+        numpy arrays (numpy travels through Ray far faster than torch tensors); empty on
+        ranks other than the first TP/PP rank of DP replica 0."""
+        import ray
+
+        from mindrl.rollout import iter_buckets
+        from mindrl.workers.resharding import iter_hf_tensors
+
+        sender = self.holds_engine() and self.info.dp_rank == 0
+        refs = []
+        tensors = iter_hf_tensors(self.model_chunks, self.cfg.model, to_tp_rank0_only=True)
+        for bucket in iter_buckets(tensors, self.run.generate.weight_sync_bucket_mb << 20):
+            if sender:
+                refs.append(ray.put([(n, t.detach().cpu().numpy()) for n, t in bucket]))
+        return refs
 
     # -- training ---------------------------------------------------------------------------
     def update(self, batch: SampleBatch, step: int) -> dict[str, float]:

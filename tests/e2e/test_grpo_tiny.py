@@ -1,0 +1,103 @@
+"""End to end: `cli/train_grpo.py --config-name grpo_tiny_cpu` on this CPU, real Ray, real
+megatron-core workers, real rollout engine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.e2e._run import ROOT, comparable, read_metrics, run_train
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiproc]
+
+
+def test_tiny_run_learns_and_writes_its_outputs(tmp_path, tiny_model_dir):
+    out = tmp_path / "run"
+    start = time.monotonic()
+    proc = run_train(out, "rl_config.log_completions=2")
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert elapsed < 300, f"grpo_tiny_cpu took {elapsed:.0f} s"
+    metrics = read_metrics(out)
+    assert [m["step"] for m in metrics] == list(range(1, 41))
+    scores = [m["grpo/score"] for m in metrics]
+    first, last = sum(scores[:5]) / 5, sum(scores[-5:]) / 5
+    assert last >= first + 0.3, (first, last)
+    for key in (
+        "actor/pg_loss",
+        "actor/kl_loss",
+        "actor/entropy",
+        "grad_norm",
+        "actor/lr",
+        "response_length/mean",
+        "prompt_length/mean",
+        "digit_share_rewards/mean",
+        "timing/rollout",
+        "timing/update",
+        "e2e_tps",
+        "update_tps",
+        "vllm_tps",
+        "rollout/logprob_abs_diff",
+    ):
+        assert key in metrics[-1], key
+    # the trained and rollout log-probs of the same tokens agree (weights in sync)
+    assert max(m["rollout/logprob_abs_diff"] for m in metrics) < 1e-3
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert (out / "resolved_config.yaml").is_file()
+    assert len((out / "completions.jsonl").read_text().splitlines()) == 2 * 40
+    ckpt = out / "ckpt"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "40"
+    assert sorted(p.name for p in ckpt.glob("iter_*")) == ["iter_0000020", "iter_0000040"]
+    assert (ckpt / "hf_final" / "config.json").is_file()
+
+    png = out / "curves.png"
+    plot = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools" / "plot_metrics.py"),
+            str(out / "metrics.jsonl"),
+            "--out",
+            str(png),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert plot.returncode == 0, plot.stderr
+    assert png.stat().st_size > 10_000
+
+
+def test_resume_continues_exactly(tmp_path, tiny_model_dir):
+    common = ("megatron_training.save_interval=2",)
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    proc = run_train(straight, *common, "actor_config.train_iters=4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_train(split, *common, "actor_config.train_iters=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_train(
+        split, *common, "actor_config.train_iters=4", f"actor_config.load={split}/ckpt"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resuming from" in proc.stderr + proc.stdout
+    a, b = read_metrics(straight), read_metrics(split)
+    assert [m["step"] for m in b] == [1, 2, 3, 4]
+    assert [comparable(m) for m in a] == [comparable(m) for m in b]
+
+
+def test_separate_rollout_actor_gives_the_same_run(tmp_path, tiny_model_dir):
+    hybrid, separate = tmp_path / "hybrid", tmp_path / "separate"
+    proc = run_train(hybrid, "actor_config.train_iters=3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_train(
+        separate, "actor_config.train_iters=3", "rl_config.use_integrated_worker=false"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "group rollout: 1 device(s)" in proc.stdout
+    a, b = read_metrics(hybrid), read_metrics(separate)
+    assert len(a) == len(b) == 3
+    for x, y in zip(a, b):
+        for key in ("grpo/score", "actor/pg_loss", "actor/kl_loss", "response_length/mean"):
+            assert x[key] == pytest.approx(y[key], abs=1e-5), key
