@@ -1,0 +1,156 @@
+"""`cli/convert_ckpt.py`: HF <-> megatron checkpoint conversion (MindSpeed-RL's flags).
+
+Errors the user can fix (missing files, bad shapes, unknown architectures, TP that does not
+divide the heads, an existing save dir) end the process with exit status 1 and one line on
+stderr naming the tensor, file or flag; `--debug` shows the traceback instead. Nothing is left
+in --save-dir unless the conversion completed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import warnings
+from pathlib import Path
+
+from mindrl.checkpoint.errors import ConversionError, short_reason
+
+MODEL_TYPES = ("hf", "mg")
+MODEL_TYPES_HF = ("llama", "llama2", "llama3", "qwen2", "qwen25")
+DTYPES = ("fp32", "bf16", "fp16")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="convert_ckpt.py",
+        description="Convert checkpoints between HF safetensors and megatron-core "
+        "(dist_checkpointing) folders, or re-save a megatron checkpoint.",
+    )
+    p.add_argument("--load-model-type", choices=MODEL_TYPES, required=True)
+    p.add_argument("--save-model-type", choices=MODEL_TYPES, required=True)
+    p.add_argument("--load-dir", required=True, help="HF folder, or megatron checkpoint root")
+    p.add_argument("--save-dir", required=True, help="must not exist; written atomically")
+    p.add_argument("--target-tensor-parallel-size", type=int, default=1)
+    p.add_argument("--target-pipeline-parallel-size", type=int, default=1)
+    p.add_argument(
+        "--tokenizer-model",
+        help="tokenizer.json (or its folder); its tokenizer files go into the output",
+    )
+    p.add_argument("--model-type-hf", choices=MODEL_TYPES_HF, help="HF architecture variant")
+    p.add_argument(
+        "--add-qkv-bias",
+        action="store_true",
+        default=None,
+        help="the model has q/k/v biases (Qwen2); checked against the checkpoint",
+    )
+    p.add_argument(
+        "--params-dtype", choices=DTYPES, help="dtype of the written tensors (default: as loaded)"
+    )
+    p.add_argument(
+        "--use-mcore-models", action="store_true", help="accepted for compatibility (always on)"
+    )
+    p.add_argument("--model-type", choices=("GPT",), default="GPT")
+    p.add_argument("--max-shard-size", default="5GB", help="HF output shard size (e.g. 2GB)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.load_model_type == "hf" and args.save_model_type == "hf":
+        raise ConversionError("--load-model-type hf with --save-model-type hf: nothing to do")
+    for flag, value in (
+        ("--target-tensor-parallel-size", args.target_tensor_parallel_size),
+        ("--target-pipeline-parallel-size", args.target_pipeline_parallel_size),
+    ):
+        if value < 1:
+            raise ConversionError(f"{flag} must be >= 1, not {value}")
+    if not Path(args.load_dir).exists():
+        raise ConversionError(f"--load-dir {args.load_dir} does not exist")
+    if Path(args.save_dir).exists():
+        raise ConversionError(
+            f"--save-dir {args.save_dir} already exists; choose a new folder or remove it first"
+        )
+    if args.tokenizer_model and not Path(args.tokenizer_model).exists():
+        raise ConversionError(f"--tokenizer-model {args.tokenizer_model} does not exist")
+
+
+def _tokenizer_dir(args: argparse.Namespace) -> Path | None:
+    if not args.tokenizer_model:
+        return None
+    path = Path(args.tokenizer_model)
+    return path if path.is_dir() else path.parent
+
+
+def run(args: argparse.Namespace) -> str:
+    """Do the conversion; returns the summary line."""
+    from mindrl.checkpoint import offline
+
+    _check_args(args)
+    progress = not args.no_progress
+    if args.load_model_type == "hf":
+        result = offline.convert_hf_to_mcore(
+            args.load_dir,
+            args.save_dir,
+            target_tensor_parallel_size=args.target_tensor_parallel_size,
+            target_pipeline_parallel_size=args.target_pipeline_parallel_size,
+            params_dtype=args.params_dtype,
+            model_type_hf=args.model_type_hf,
+            add_qkv_bias=args.add_qkv_bias,
+            tokenizer_dir=_tokenizer_dir(args),
+            progress=progress,
+        )
+    elif args.save_model_type == "hf":
+        result = offline.convert_mcore_to_hf(
+            args.load_dir,
+            args.save_dir,
+            params_dtype=args.params_dtype,
+            max_shard_size=args.max_shard_size,
+            tokenizer_dir=_tokenizer_dir(args),
+            progress=progress,
+        )
+    else:
+        result = offline.convert_mcore_to_mcore(
+            args.load_dir,
+            args.save_dir,
+            target_tensor_parallel_size=args.target_tensor_parallel_size,
+            target_pipeline_parallel_size=args.target_pipeline_parallel_size,
+            params_dtype=args.params_dtype,
+            progress=progress,
+        )
+    return (
+        f"converted {args.load_model_type} -> {args.save_model_type}: {result.path} "
+        f"({result.tensors} tensors, {result.bytes_written / 2**20:.1f} MiB) in "
+        f"{result.seconds:.1f} s, peak RSS {result.peak_rss_bytes / 2**30:.2f} GiB"
+    )
+
+
+def _quiet_megatron() -> None:
+    """megatron-core warns at import about apex/TE fallbacks; the converter needs neither."""
+    warnings.filterwarnings("ignore", module=r"megatron(\.|$)")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    logging.getLogger("megatron").setLevel(logging.ERROR)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.debug:
+        _quiet_megatron()
+    try:
+        print(run(args))
+    except ConversionError as exc:
+        if args.debug:
+            raise
+        message = " ".join(str(exc).split())  # always one line
+        print(f"convert_ckpt: error: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("convert_ckpt: interrupted (no output written)", file=sys.stderr)
+        return 130
+    except BaseException as exc:  # unexpected (torch's CheckpointException is a BaseException)
+        if args.debug or isinstance(exc, SystemExit):
+            raise
+        print(f"convert_ckpt: error: {short_reason(exc)}", file=sys.stderr)
+        return 1
+    return 0

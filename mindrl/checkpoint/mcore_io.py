@@ -1,0 +1,298 @@
+"""megatron checkpoint folders: dist_checkpointing wrappers, iteration tracker, metadata.
+
+Layout (as megatron's training loop writes it)::
+
+    ROOT/latest_checkpointed_iteration.txt     "release" or the iteration number
+    ROOT/release/  or  ROOT/iter_0000100/      one dist_checkpointing checkpoint
+        metadata.json, .metadata, common.pt, __*.distcp   (megatron-core)
+        mindrl_checkpoint.json                 arch, params dtype, layout saved at
+        hf_assets/                             config.json, tokenizer files (optional)
+
+dist_checkpointing stores every tensor as a global tensor with shard offsets, so a folder
+saved at one TP/PP loads at any other (`load_mcore_checkpoint` builds the request from the
+loading model's own `sharded_state_dict()`). The iteration folder is written into a temporary
+sibling and renamed into place; the tracker is then replaced atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mindrl.checkpoint.atomic import atomic_write_text, commit_temp, prepare_temp, temp_sibling
+from mindrl.checkpoint.errors import ConversionError, checkpoint_errors, short_reason
+from mindrl.config.model_arch import ModelArchConfig
+
+if TYPE_CHECKING:
+    import torch
+
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+META_FILE = "mindrl_checkpoint.json"
+HF_ASSETS_DIR = "hf_assets"
+RELEASE = "release"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class McoreCheckpointInfo:
+    """What `mindrl_checkpoint.json` records, so loading needs no extra flags."""
+
+    arch: ModelArchConfig
+    params_dtype: str  # fp32 | bf16 | fp16
+    iteration: int | None  # None: a "release" checkpoint (converted, not trained)
+    tensor_parallel_size: int  # layout it was saved from (or converted for)
+    pipeline_parallel_size: int
+    megatron_core_version: str = ""
+    format_version: int = FORMAT_VERSION
+    hf_config: dict[str, Any] | None = field(default=None, compare=False)
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, source: str = META_FILE) -> McoreCheckpointInfo:
+        try:
+            data = json.loads(text)
+            arch_fields = {f.name for f in dataclasses.fields(ModelArchConfig)}
+            arch = ModelArchConfig(**{k: v for k, v in data["arch"].items() if k in arch_fields})
+            return cls(
+                arch=arch,
+                params_dtype=data["params_dtype"],
+                iteration=data["iteration"],
+                tensor_parallel_size=int(data["tensor_parallel_size"]),
+                pipeline_parallel_size=int(data["pipeline_parallel_size"]),
+                megatron_core_version=data.get("megatron_core_version", ""),
+                format_version=int(data.get("format_version", FORMAT_VERSION)),
+                hf_config=data.get("hf_config"),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConversionError(
+                f"{source} is not a valid mindrl checkpoint record: {exc}"
+            ) from exc
+
+
+def megatron_core_version() -> str:
+    try:
+        from megatron.core import package_info
+
+        return str(package_info.__version__)
+    except ImportError:
+        return ""
+
+
+def iteration_dir_name(iteration: int | None) -> str:
+    return RELEASE if iteration is None else f"iter_{iteration:07d}"
+
+
+def read_tracker(root: Path) -> int | None:
+    """The iteration named by ROOT/latest_checkpointed_iteration.txt (None for release)."""
+    tracker = root / TRACKER_FILE
+    if not tracker.is_file():
+        raise ConversionError(
+            f"{root} is not a megatron checkpoint: {TRACKER_FILE} is missing "
+            "(pass the checkpoint root or an iter_XXXXXXX / release folder)"
+        )
+    text = tracker.read_text().strip()
+    if text == RELEASE:
+        return None
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise ConversionError(f"{tracker} holds {text!r}, not an iteration or 'release'") from exc
+
+
+def resolve_iteration_dir(path: str | Path) -> Path:
+    """An iteration folder from a checkpoint root (via the tracker) or the folder itself."""
+    path = Path(path)
+    if not path.exists():
+        raise ConversionError(f"megatron checkpoint {path} does not exist")
+    if (path / META_FILE).is_file() or (path / "metadata.json").is_file():
+        return path
+    iter_dir = path / iteration_dir_name(read_tracker(path))
+    if not iter_dir.is_dir():
+        raise ConversionError(f"{path / TRACKER_FILE} names {iter_dir.name}, which is missing")
+    return iter_dir
+
+
+def read_checkpoint_info(path: str | Path) -> McoreCheckpointInfo:
+    iter_dir = resolve_iteration_dir(path)
+    meta = iter_dir / META_FILE
+    if not meta.is_file():
+        raise ConversionError(
+            f"{iter_dir} has no {META_FILE}: it was not written by mindrl, so its architecture "
+            "is unknown"
+        )
+    if not (iter_dir / "metadata.json").is_file():
+        raise ConversionError(f"{iter_dir} has no metadata.json: not a dist_checkpointing folder")
+    return McoreCheckpointInfo.from_json(meta.read_text(), str(meta))
+
+
+def _state_dict_keys(n_chunks: int) -> list[str]:
+    return ["model"] if n_chunks == 1 else [f"model{i}" for i in range(n_chunks)]
+
+
+def model_sharded_state_dict(model_chunks: Sequence[Any]) -> dict[str, Any]:
+    """{"model": ...} (or model0, model1, ... for virtual pipeline chunks), as megatron does."""
+    from mindrl.models.gpt import unwrap_model
+
+    return {
+        key: unwrap_model(chunk).sharded_state_dict()
+        for key, chunk in zip(_state_dict_keys(len(model_chunks)), model_chunks)
+    }
+
+
+def _params_dtype_of(model_chunks: Sequence[Any]) -> str:
+    from mindrl.models.gpt import dtype_short_name, unwrap_model
+
+    param = next(unwrap_model(model_chunks[0]).parameters())
+    return dtype_short_name(param.dtype)
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def write_iteration_dir(
+    sharded_state_dict: dict[str, Any],
+    root: Path,
+    info: McoreCheckpointInfo,
+    *,
+    hf_assets_dir: str | Path | None = None,
+    overwrite: bool = True,
+) -> Path:
+    """Collective: save `sharded_state_dict` as ROOT/<iteration dir>, atomically, + tracker."""
+    from megatron.core import dist_checkpointing
+
+    from mindrl.checkpoint.hf_io import copy_hf_assets
+
+    root = Path(root).absolute()
+    target = root / iteration_dir_name(info.iteration)
+    temp = temp_sibling(target)
+    if _rank() == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        if target.exists() and not overwrite:
+            raise ConversionError(f"{target} already exists")
+        prepare_temp(target)
+    _barrier()
+    try:
+        common = {"checkpoint_version": 3.0, "iteration": info.iteration or 0}
+        dist_checkpointing.save({**sharded_state_dict, **common}, str(temp))
+        if _rank() == 0:
+            (temp / META_FILE).write_text(info.to_json())
+            if hf_assets_dir is not None:
+                assets = temp / HF_ASSETS_DIR
+                assets.mkdir()
+                copy_hf_assets(hf_assets_dir, assets)
+            commit_temp(temp, target, overwrite=overwrite)
+            tracker = RELEASE if info.iteration is None else str(info.iteration)
+            atomic_write_text(root / TRACKER_FILE, tracker + "\n")
+    except BaseException:
+        if _rank() == 0:
+            shutil.rmtree(temp, ignore_errors=True)
+        raise
+    _barrier()
+    return target
+
+
+def save_mcore_checkpoint(
+    model_chunks: Sequence[Any],
+    root: str | Path,
+    *,
+    arch: ModelArchConfig,
+    iteration: int | None = None,
+    params_dtype: str | None = None,
+    hf_assets_dir: str | Path | None = None,
+    hf_config: dict[str, Any] | None = None,
+) -> Path:
+    """Collective over all ranks: save the model as ROOT/iter_XXXXXXX (or ROOT/release).
+
+    Returns the iteration folder. `hf_assets_dir` (an HF folder) has its config and tokenizer
+    files copied into the checkpoint so an HF export needs nothing else.
+    """
+    from megatron.core import parallel_state as ps
+
+    info = McoreCheckpointInfo(
+        arch=arch,
+        params_dtype=params_dtype or _params_dtype_of(model_chunks),
+        iteration=iteration,
+        tensor_parallel_size=ps.get_tensor_model_parallel_world_size(),
+        pipeline_parallel_size=ps.get_pipeline_model_parallel_world_size(),
+        megatron_core_version=megatron_core_version(),
+        hf_config=hf_config,
+    )
+    return write_iteration_dir(
+        model_sharded_state_dict(model_chunks), Path(root), info, hf_assets_dir=hf_assets_dir
+    )
+
+
+def check_arch_matches(expected: ModelArchConfig, found: ModelArchConfig, where: str) -> None:
+    """The shape-defining fields must agree (names and dropout may differ)."""
+    keys = (
+        "num_layers",
+        "hidden_size",
+        "ffn_hidden_size",
+        "num_attention_heads",
+        "num_kv_heads",
+        "head_dim",
+        "vocab_size",
+        "add_qkv_bias",
+        "tie_word_embeddings",
+        "family",
+    )
+    diff = [
+        f"{k}: checkpoint {getattr(found, k)} vs model {getattr(expected, k)}"
+        for k in keys
+        if getattr(expected, k) != getattr(found, k)
+    ]
+    if diff:
+        raise ConversionError(f"{where} does not match the model: " + "; ".join(diff))
+
+
+def load_mcore_checkpoint(
+    model_chunks: Sequence[Any],
+    path: str | Path,
+    *,
+    arch: ModelArchConfig | None = None,
+    strict: bool = True,
+) -> McoreCheckpointInfo:
+    """Collective: load a checkpoint (root or iteration folder) into the model chunks, at
+    whatever TP/PP the chunks were built with. Returns the checkpoint's recorded info."""
+    from megatron.core import dist_checkpointing
+
+    from mindrl.models.gpt import unwrap_model
+
+    iter_dir = resolve_iteration_dir(path)
+    info = read_checkpoint_info(iter_dir)
+    if arch is not None:
+        check_arch_matches(arch, info.arch, str(iter_dir))
+    request = model_sharded_state_dict(model_chunks)
+    try:
+        state = dist_checkpointing.load(request, str(iter_dir))
+    except checkpoint_errors() as exc:
+        raise ConversionError(
+            f"cannot load megatron checkpoint {iter_dir}: {short_reason(exc)}"
+        ) from exc
+    for key, chunk in zip(_state_dict_keys(len(model_chunks)), model_chunks):
+        unwrap_model(chunk).load_state_dict(state[key], strict=strict)
+    return info
+
+
+def tensor_dtype(info: McoreCheckpointInfo) -> torch.dtype:
+    from mindrl.models.gpt import torch_dtype
+
+    return torch_dtype(info.params_dtype)

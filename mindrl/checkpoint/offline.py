@@ -1,0 +1,509 @@
+"""Offline conversion (HF <-> megatron, megatron -> megatron) in one process, no launcher.
+
+How the megatron side is written without a world of TP x PP processes: a dist_checkpointing
+folder stores *global* tensors (each rank writes its shard with offsets), so its content does
+not depend on the TP/PP it was written from. The converter therefore runs one process as a
+world of one (gloo, in-memory rendezvous), builds megatron-core's GPTModel on the `meta`
+device at TP=1/PP=1 only to get its `sharded_state_dict()` (keys, global shapes, the swiglu
+factory), puts the HF tensors in as data, and calls `dist_checkpointing.save`. megatron-core
+then loads that folder at any TP/PP (vocab padding differences included: it zero-fills the
+padded rows). The target TP/PP is validated against the architecture (heads, kv heads, ffn,
+layers) and recorded in `mindrl_checkpoint.json`.
+
+Memory: HF tensors come memory-mapped from safetensors and go to dist_checkpointing without a
+copy when the dtype is unchanged (norms, projections, embeddings, and gate/up, whose two halves
+are handed to the swiglu factory's shards directly); only the fused QKV tensors are new
+memory. A dtype change converts every tensor (one model-size copy in the new dtype).
+megatron -> HF reads whole layers, up to 256 MB per partial `dist_checkpointing.load`, and
+streams each HF tensor to its planned place in its output shard: peak is about one such group
+(one layer of a large model), not the model. Run it in its own process (the CLI does): it
+sets up a CPU/gloo world of one and megatron's CPU shims.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mindrl.checkpoint.atomic import atomic_directory, check_new_target
+from mindrl.checkpoint.errors import ConversionError, checkpoint_errors, short_reason
+from mindrl.checkpoint.hf_io import (
+    DEFAULT_MAX_SHARD_BYTES,
+    HFCheckpointReader,
+    HFShardWriter,
+    copy_hf_assets,
+    copy_tokenizer_files,
+    write_hf_config,
+)
+from mindrl.checkpoint.mapping import (
+    IGNORED_HF_SUFFIXES,
+    BoundRule,
+    bound_rules,
+    hf_output_plan,
+)
+from mindrl.checkpoint.mcore_io import (
+    HF_ASSETS_DIR,
+    McoreCheckpointInfo,
+    megatron_core_version,
+    read_checkpoint_info,
+    resolve_iteration_dir,
+    write_iteration_dir,
+)
+from mindrl.checkpoint.transforms import hf_to_mcore_pieces, mcore_to_hf
+from mindrl.config.model_arch import ModelArchConfig
+from mindrl.models.gpt import dtype_short_name, torch_dtype, validate_parallel_layout
+from mindrl.models.hf_arch import arch_from_hf_config, hf_config_from_arch, read_hf_config
+
+
+@dataclass(frozen=True)
+class ConversionResult:
+    """What a conversion wrote, and what it cost."""
+
+    path: Path
+    seconds: float
+    tensors: int
+    bytes_written: int
+    peak_rss_bytes: int  # this process's RSS high-water mark (VmHWM)
+
+
+def _peak_rss() -> int:
+    """This process's RSS high-water mark (VmHWM: unlike ru_maxrss, not inherited from the
+    parent across exec)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _progress(items: list[Any], desc: str, enabled: bool) -> Any:
+    if not enabled:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit="tensor" if desc.startswith("hf") else "step")
+
+
+@contextlib.contextmanager
+def single_process_world() -> Iterator[None]:
+    """A world of one process with megatron parallel_state at TP=1, PP=1 (reused if present)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    from mindrl.models.parallel import destroy_parallel, init_parallel
+
+    if dist.is_initialized() and dist.get_world_size() != 1:
+        raise ConversionError(
+            "offline conversion runs in a single process; torch.distributed is already "
+            f"initialised with world size {dist.get_world_size()}"
+        )
+    owned = not parallel_state.model_parallel_is_initialized()
+    if owned:
+        init_parallel(1, 1, accelerator="cpu", seed=None)
+    try:
+        yield
+    finally:
+        if owned:
+            destroy_parallel()
+
+
+def meta_sharded_state_dict(arch: ModelArchConfig, params_dtype: str) -> dict[str, Any]:
+    """megatron-core's sharded state dict of `arch` at TP=1/PP=1, without tensor storage."""
+    from mindrl.models.gpt import build_gpt_model
+
+    model = build_gpt_model(arch, params_dtype=params_dtype, use_te=False, meta_device=True)
+    return model.sharded_state_dict()
+
+
+def _fill_entry(entry: Any, pieces: list[Any], name: str) -> Any:
+    """Give a meta ShardedTensor / swiglu factory real data; returns the entry to save."""
+    import torch
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
+
+    if isinstance(entry, ShardedTensorFactory):
+        # The swiglu factory splits fc1 = [gate; up] into two shards by chunk(2). Build it on
+        # the meta tensor and hand each shard its HF tensor, so no fused copy is made.
+        built = entry.build()
+        shards = sorted(built, key=lambda sh: sh.global_offset)
+        if len(shards) != len(pieces) or any(
+            tuple(sh.local_shape) != tuple(p.shape) for sh, p in zip(shards, pieces)
+        ):
+            raise ConversionError(
+                f"{name}: HF pieces {[list(p.shape) for p in pieces]} do not "
+                "match megatron-core's shards"
+            )
+        return [dataclasses.replace(sh, data=p) for sh, p in zip(shards, pieces)]
+    if isinstance(entry, ShardedTensor):
+        data = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
+        if tuple(data.shape) != tuple(entry.local_shape):
+            raise ConversionError(
+                f"{name}: built shape {list(data.shape)} but megatron-core expects "
+                f"{list(entry.local_shape)}"
+            )
+        return dataclasses.replace(entry, data=data)
+    raise ConversionError(f"{name}: unexpected sharded entry {type(entry).__name__}")
+
+
+def check_hf_coverage(reader: HFCheckpointReader, arch: ModelArchConfig) -> None:
+    """Every HF tensor is used by the mapping, and every mapped HF tensor is present."""
+    from mindrl.checkpoint.mapping import expected_hf_tensors
+
+    expected = expected_hf_tensors(arch)
+    names = set(reader.names())
+    for name in expected:
+        if name not in names:
+            raise ConversionError(f"tensor {name} is missing from the HF checkpoint {reader.dir}")
+    for name in sorted(names - set(expected)):
+        if name.endswith(IGNORED_HF_SUFFIXES):
+            continue
+        if name == "lm_head.weight" and arch.tie_word_embeddings:
+            continue  # a tied checkpoint that also stored the (identical) output layer
+        raise ConversionError(
+            f"HF tensor {name} is not covered by the {arch.family} mapping "
+            f"(model_type_hf={arch.model_type_hf}, add_qkv_bias={arch.add_qkv_bias})"
+        )
+
+
+def hf_arch_with_flags(
+    hf_dir: str | Path, *, model_type_hf: str | None = None, add_qkv_bias: bool | None = None
+) -> ModelArchConfig:
+    """The HF checkpoint's arch, with the converter flags checked against it.
+
+    The HF config's model_type picks the mapping table. `--model-type-hf` names the variant
+    (llama2, qwen25, ...); MindSpeed-RL's documented spelling for Qwen2.5, `--model-type-hf
+    llama2 --add-qkv-bias`, is accepted for qwen2 checkpoints (Qwen2 is Llama plus QKV bias).
+    """
+    from mindrl.config.model_arch import HF_FAMILIES
+
+    arch = arch_from_hf_config(hf_dir)
+    if model_type_hf is not None:
+        family = HF_FAMILIES.get(model_type_hf)
+        if family == arch.family:
+            arch = dataclasses.replace(arch, model_type_hf=model_type_hf)
+        elif not (family == "llama" and arch.family == "qwen2" and add_qkv_bias):
+            raise ConversionError(
+                f"--model-type-hf {model_type_hf} does not fit this checkpoint: its config says "
+                f"model_type={arch.family!r}"
+                + (
+                    " (for Qwen2 use qwen2 / qwen25, or llama2 with --add-qkv-bias)"
+                    if arch.family == "qwen2"
+                    else ""
+                )
+            )
+    if add_qkv_bias is not None and add_qkv_bias != arch.add_qkv_bias:
+        if add_qkv_bias:
+            raise ConversionError(
+                f"--add-qkv-bias is set but a {arch.family} checkpoint has no q/k/v biases "
+                "(tensor model.layers.0.self_attn.q_proj.bias)"
+            )
+        arch = dataclasses.replace(arch, add_qkv_bias=False)
+    return arch
+
+
+def convert_hf_to_mcore(
+    hf_dir: str | Path,
+    save_dir: str | Path,
+    *,
+    target_tensor_parallel_size: int = 1,
+    target_pipeline_parallel_size: int = 1,
+    params_dtype: str | None = None,
+    model_type_hf: str | None = None,
+    add_qkv_bias: bool | None = None,
+    tokenizer_dir: str | Path | None = None,
+    progress: bool = False,
+) -> ConversionResult:
+    """HF folder -> megatron checkpoint folder (SAVE_DIR/release + tracker), atomically.
+
+    The HF folder's config, generation config and tokenizer files (and those of
+    `tokenizer_dir`, if given) are kept in release/hf_assets/ for the way back.
+    """
+    start = time.perf_counter()
+    hf_dir, save_dir = Path(hf_dir), Path(save_dir)
+    check_new_target(save_dir)
+    arch = hf_arch_with_flags(hf_dir, model_type_hf=model_type_hf, add_qkv_bias=add_qkv_bias)
+    try:
+        validate_parallel_layout(arch, target_tensor_parallel_size, target_pipeline_parallel_size)
+    except ValueError as exc:
+        raise ConversionError(str(exc)) from exc
+    reader = HFCheckpointReader(hf_dir)
+    check_hf_coverage(reader, arch)
+    rules = bound_rules(arch)
+    from mindrl.checkpoint.transforms import check_hf_shapes
+
+    for bound in rules:
+        check_hf_shapes(bound, reader)
+    dtype_name = dtype_short_name(params_dtype or reader.dtype_name())
+    dtype = torch_dtype(dtype_name)
+    info = McoreCheckpointInfo(
+        arch=arch,
+        params_dtype=dtype_name,
+        iteration=None,
+        tensor_parallel_size=target_tensor_parallel_size,
+        pipeline_parallel_size=target_pipeline_parallel_size,
+        megatron_core_version=megatron_core_version(),
+        hf_config=read_hf_config(hf_dir),
+    )
+    with single_process_world(), atomic_directory(save_dir) as temp:
+        sharded = meta_sharded_state_dict(arch, dtype_name)
+        nbytes = 0
+        for bound in _progress(rules, "hf->mcore", progress):
+            pieces = [p.to(dtype) for p in hf_to_mcore_pieces(bound, reader, arch, 0, 1)]
+            nbytes += sum(p.numel() * p.element_size() for p in pieces)
+            if bound.mcore not in sharded:
+                raise ConversionError(f"megatron-core model has no parameter {bound.mcore}")
+            sharded[bound.mcore] = _fill_entry(sharded[bound.mcore], pieces, bound.mcore)
+        _check_all_filled(sharded)
+        if progress:
+            print("hf->mcore: writing the dist_checkpointing files ...", file=sys.stderr)
+        release = write_iteration_dir({"model": sharded}, temp, info, hf_assets_dir=hf_dir)
+        del sharded
+        if tokenizer_dir is not None:
+            copy_tokenizer_files(tokenizer_dir, release / HF_ASSETS_DIR)
+    reader.close()
+    return ConversionResult(save_dir, time.perf_counter() - start, len(rules), nbytes, _peak_rss())
+
+
+def _check_all_filled(sharded: dict[str, Any]) -> None:
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
+
+    for name, entry in sharded.items():
+        entries = entry if isinstance(entry, list) else [entry]
+        for e in entries:
+            if isinstance(e, ShardedTensorFactory) or (
+                isinstance(e, ShardedTensor) and e.data is not None and e.data.is_meta
+            ):
+                raise ConversionError(f"megatron parameter {name} has no HF source tensor")
+
+
+LOAD_GROUP_BYTES = 256 * 1024**2
+
+
+def _rule_bytes(bound: BoundRule, itemsize: int) -> int:
+    total = 0
+    for shape in bound.hf_shapes:
+        n = itemsize
+        for dim in shape:
+            n *= dim
+        total += n
+    return total
+
+
+def _load_groups(arch: ModelArchConfig, itemsize: int) -> list[list[BoundRule]]:
+    """Rules grouped for one dist_checkpointing read each: whole layers (and the non-layer
+    tensors) up to LOAD_GROUP_BYTES, so the reader holds about one layer of a large model
+    while small models are read in a few calls."""
+    segments: list[list[BoundRule]] = []
+    for bound in bound_rules(arch):  # export order: embedding, layer 0..L-1, norm, output
+        if segments and segments[-1][0].layer == bound.layer:
+            segments[-1].append(bound)
+        else:
+            segments.append([bound])
+    if not _partial_loads_supported():
+        return [[b for rules in segments for b in rules]]
+    groups: list[list[BoundRule]] = []
+    size = 0
+    for rules in segments:
+        rules_size = sum(_rule_bytes(b, itemsize) for b in rules)
+        if groups and size + rules_size <= LOAD_GROUP_BYTES:
+            groups[-1].extend(rules)
+            size += rules_size
+        else:
+            groups.append(list(rules))
+            size = rules_size
+    return groups
+
+
+def _partial_loads_supported() -> bool:
+    """megatron-core >= 0.14 loads irregular shards (per-shard path); older releases need the
+    whole model requested in one load from a single process."""
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor
+
+    return hasattr(ShardedTensor, "has_regular_grid")
+
+
+def _irregular(sh: Any) -> Any:
+    """The same shard as a ShardedTensor without prepended axes or a regular grid.
+
+    megatron-core describes a stacked-layer shard on a regular grid over all layers; a world
+    of one process that asks for only some layers then trips torch's sharded-tensor metadata
+    check (the missing shards would be placed on this same rank). An irregular shard takes the
+    newer per-shard path, which reads any subset.
+    """
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor
+
+    shape = (1,) * sh.prepend_axis_num + tuple(sh.local_shape)
+    return ShardedTensor(
+        key=sh.key,
+        data=sh.data.reshape(shape),
+        dtype=sh.dtype,
+        local_shape=shape,
+        global_shape=tuple(sh.global_shape),
+        global_offset=tuple(sh.global_offset),
+        axis_fragmentations=None,
+        replica_id=sh.replica_id,
+        prepend_axis_num=0,
+        allow_shape_mismatch=sh.allow_shape_mismatch,
+    )
+
+
+def _load_group(sharded: dict[str, Any], group: list[BoundRule], iter_dir: Path) -> dict[str, Any]:
+    """Read the (TP=1) tensors of one rule group from a dist_checkpointing folder."""
+    import torch
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
+
+    request: dict[str, Any] = {}
+    out: dict[str, Any] = {}
+    for bound in group:
+        entry = sharded.get(bound.mcore)
+        if isinstance(entry, ShardedTensorFactory):
+            # the factory's shards are chunks of one buffer: loading fills it in place
+            buffer = torch.empty(entry.data.shape, dtype=entry.data.dtype)
+            shards = sorted(
+                dataclasses.replace(entry, data=buffer).build(), key=lambda sh: sh.global_offset
+            )
+        elif isinstance(entry, ShardedTensor):
+            buffer = torch.empty(tuple(entry.local_shape), dtype=entry.dtype)
+            shards = [dataclasses.replace(entry, data=buffer)]
+        else:
+            raise ConversionError(f"megatron-core model has no parameter {bound.mcore}")
+        out[bound.mcore] = buffer
+        for i, sh in enumerate(shards):
+            request[f"{bound.mcore}#{i}"] = _irregular(sh) if _partial_loads_supported() else sh
+    try:
+        loaded = dist_checkpointing.load(request, str(iter_dir), validate_access_integrity=False)
+    except checkpoint_errors() as exc:
+        names = list(out)
+        what = names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1} more)"
+        raise ConversionError(
+            f"cannot read {what} from megatron checkpoint {iter_dir}: {short_reason(exc)}"
+        ) from exc
+    for key, sh in request.items():
+        if loaded[key].data_ptr() != sh.data.data_ptr():  # loaded elsewhere: copy into place
+            sh.data.copy_(loaded[key].reshape(sh.data.shape))
+    return out
+
+
+def convert_mcore_to_hf(
+    load_dir: str | Path,
+    save_dir: str | Path,
+    *,
+    params_dtype: str | None = None,
+    max_shard_size: int | str = DEFAULT_MAX_SHARD_BYTES,
+    hf_assets_dir: str | Path | None = None,
+    tokenizer_dir: str | Path | None = None,
+    progress: bool = False,
+) -> ConversionResult:
+    """megatron checkpoint (root or iteration folder) -> HF folder, atomically.
+
+    config.json / tokenizer files come from `hf_assets_dir` if given, else from the
+    checkpoint's own hf_assets/ copy, else config.json is generated from the recorded arch;
+    `tokenizer_dir`'s tokenizer files override.
+    """
+    start = time.perf_counter()
+    save_dir = Path(save_dir)
+    check_new_target(save_dir)
+    iter_dir = resolve_iteration_dir(load_dir)
+    info = read_checkpoint_info(iter_dir)
+    arch = info.arch
+    out_dtype = torch_dtype(params_dtype or info.params_dtype)
+    out_dtype_name = str(out_dtype).removeprefix("torch.")
+    assets = Path(hf_assets_dir) if hf_assets_dir else iter_dir / HF_ASSETS_DIR
+    groups = _load_groups(arch, torch_dtype(info.params_dtype).itemsize)
+    n_tensors = 0
+    with single_process_world(), atomic_directory(save_dir) as temp:
+        sharded = meta_sharded_state_dict(arch, info.params_dtype)
+        writer = HFShardWriter(temp, hf_output_plan(arch), out_dtype, max_shard_size)
+        try:
+            for group in _progress(groups, "mcore->hf", progress):
+                loaded = _load_group(sharded, group, iter_dir)
+                for bound in group:
+                    for name, tensor in mcore_to_hf(bound, [loaded[bound.mcore]], arch).items():
+                        writer.add(name, tensor)
+                        n_tensors += 1
+                del loaded
+            writer.finish()
+        finally:
+            writer.abort()
+        if assets.is_dir():
+            copy_hf_assets(assets, temp)
+        if tokenizer_dir is not None:
+            copy_tokenizer_files(tokenizer_dir, temp)
+        config = _hf_config_for(assets, info)
+        write_hf_config(temp, config, out_dtype_name)
+    return ConversionResult(
+        save_dir, time.perf_counter() - start, n_tensors, writer.total_bytes, _peak_rss()
+    )
+
+
+def _hf_config_for(assets: Path, info: McoreCheckpointInfo) -> dict[str, Any]:
+    if (assets / "config.json").is_file():
+        return json.loads((assets / "config.json").read_text())
+    if info.hf_config:
+        return dict(info.hf_config)
+    return hf_config_from_arch(info.arch)
+
+
+def convert_mcore_to_mcore(
+    load_dir: str | Path,
+    save_dir: str | Path,
+    *,
+    target_tensor_parallel_size: int = 1,
+    target_pipeline_parallel_size: int = 1,
+    params_dtype: str | None = None,
+    progress: bool = False,
+) -> ConversionResult:
+    """megatron -> megatron: re-save (new dtype, new recorded target layout), atomically.
+
+    The stored global tensors are layout-agnostic, so resharding is a validated copy; this is
+    also how a checkpoint's dtype changes.
+    """
+    start = time.perf_counter()
+    save_dir = Path(save_dir)
+    check_new_target(save_dir)
+    iter_dir = resolve_iteration_dir(load_dir)
+    info = read_checkpoint_info(iter_dir)
+    arch = info.arch
+    try:
+        validate_parallel_layout(arch, target_tensor_parallel_size, target_pipeline_parallel_size)
+    except ValueError as exc:
+        raise ConversionError(str(exc)) from exc
+    dtype_name = dtype_short_name(params_dtype or info.params_dtype)
+    dtype = torch_dtype(dtype_name)
+    new_info = dataclasses.replace(
+        info,
+        params_dtype=dtype_name,
+        tensor_parallel_size=target_tensor_parallel_size,
+        pipeline_parallel_size=target_pipeline_parallel_size,
+        megatron_core_version=megatron_core_version(),
+    )
+    rules = bound_rules(arch)
+    assets = iter_dir / HF_ASSETS_DIR
+    with single_process_world(), atomic_directory(save_dir) as temp:
+        source = meta_sharded_state_dict(arch, info.params_dtype)
+        loaded = _load_group(source, rules, iter_dir)  # whole model: the save needs it all
+        target = meta_sharded_state_dict(arch, dtype_name)
+        nbytes = 0
+        for bound in _progress(rules, "mcore->mcore", progress):
+            tensor = loaded.pop(bound.mcore).to(dtype)
+            nbytes += tensor.numel() * tensor.element_size()
+            entry = target[bound.mcore]
+            target[bound.mcore] = dataclasses.replace(entry, data=tensor)
+        del loaded
+        write_iteration_dir(
+            {"model": target}, temp, new_info, hf_assets_dir=assets if assets.is_dir() else None
+        )
+        del target
+    return ConversionResult(save_dir, time.perf_counter() - start, len(rules), nbytes, _peak_rss())

@@ -1,0 +1,283 @@
+"""Online conversion: an HF folder straight into a TP/PP-sharded model, and back out.
+
+`load_hf_into_mcore` runs on every rank of a training job: each rank reads, lazily from the
+safetensors files, only the rows/columns its own parameters need, so no rank ever holds the
+whole model. `export_mcore_to_hf` gathers each parameter over its TP group on the stage that
+owns it and sends the HF tensors to global rank 0, which streams them into safetensors shards;
+peak memory on rank 0 is about one layer plus one output shard.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mindrl.checkpoint.errors import ConversionError
+from mindrl.checkpoint.hf_io import (
+    DEFAULT_MAX_SHARD_BYTES,
+    HFCheckpointReader,
+    HFShardWriter,
+    copy_hf_assets,
+    write_hf_config,
+)
+from mindrl.checkpoint.mapping import BoundRule, Split, bound_rules, hf_output_plan, te_name
+from mindrl.checkpoint.transforms import hf_to_mcore_pieces, mcore_to_hf
+from mindrl.config.model_arch import ModelArchConfig
+from mindrl.models.gpt import torch_dtype, unwrap_model
+from mindrl.models.hf_arch import arch_from_hf_config, hf_config_from_arch
+
+if TYPE_CHECKING:
+    import torch
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+
+
+def global_layer_numbers(model: Any) -> list[int]:
+    """0-based global index of each layer of this model chunk, in local order."""
+    gpt = unwrap_model(model)
+    return [layer.layer_number - 1 for layer in gpt.decoder.layers]
+
+
+def _local_name(bound: BoundRule, local_of: dict[int, int]) -> str:
+    if bound.layer is None:
+        return bound.mcore
+    return _LAYER.sub(f"decoder.layers.{local_of[bound.layer]}.", bound.mcore, count=1)
+
+
+def _find_param(params: dict[str, Any], name: str) -> tuple[str, Any] | None:
+    for candidate in (name, te_name(name)):
+        if candidate in params:
+            return candidate, params[candidate]
+    return None
+
+
+def _parallel_defaults(
+    tp_rank: int | None, tp_size: int | None, pp_rank: int | None, pp_size: int | None
+) -> tuple[int, int, int, int]:
+    if None in (tp_rank, tp_size, pp_rank, pp_size):
+        from megatron.core import parallel_state as ps
+
+        tp_rank = ps.get_tensor_model_parallel_rank() if tp_rank is None else tp_rank
+        tp_size = ps.get_tensor_model_parallel_world_size() if tp_size is None else tp_size
+        pp_rank = ps.get_pipeline_model_parallel_rank() if pp_rank is None else pp_rank
+        pp_size = ps.get_pipeline_model_parallel_world_size() if pp_size is None else pp_size
+    return tp_rank, tp_size, pp_rank, pp_size  # type: ignore[return-value]
+
+
+def load_hf_into_mcore(
+    model_chunks: Sequence[Any] | Any,
+    hf_dir: str | Path,
+    tp_rank: int | None = None,
+    tp_size: int | None = None,
+    pp_rank: int | None = None,
+    pp_size: int | None = None,
+    *,
+    arch: ModelArchConfig | None = None,
+    strict: bool = True,
+) -> ModelArchConfig:
+    """Fill this rank's model chunks from an HF safetensors folder (no collective).
+
+    TP/PP default to megatron's parallel_state. Layers are taken from each chunk's own global
+    layer numbers, so any PP (or virtual-PP) partition works. With `strict`, every parameter of
+    the chunks must be filled. Returns the architecture read from the HF config.
+    """
+    chunks = list(model_chunks) if isinstance(model_chunks, (list, tuple)) else [model_chunks]
+    tp_rank, tp_size, pp_rank, pp_size = _parallel_defaults(tp_rank, tp_size, pp_rank, pp_size)
+    if arch is None:
+        arch = arch_from_hf_config(hf_dir)
+    reader = HFCheckpointReader(hf_dir)
+    try:
+        for chunk in chunks:
+            gpt = unwrap_model(chunk)
+            layers = global_layer_numbers(gpt)
+            local_of = {g: i for i, g in enumerate(layers)}
+            params = dict(gpt.named_parameters())
+            filled: set[str] = set()
+            for bound in bound_rules(arch, layers=layers, include_load_only=True):
+                found = _find_param(params, _local_name(bound, local_of))
+                if found is None:
+                    if bound.layer is not None and not bound.rule.load_only:
+                        raise ConversionError(
+                            f"model has no parameter {bound.mcore} (pp_rank {pp_rank}): the "
+                            "model was not built for this architecture"
+                        )
+                    continue  # embedding off the first stage, output layer off the last
+                name, param = found
+                pieces = hf_to_mcore_pieces(bound, reader, arch, tp_rank, tp_size)
+                _copy_pieces(param, pieces, bound)
+                filled.add(name)
+            missing = [n for n in params if n not in filled]
+            if strict and missing:
+                raise ConversionError(
+                    f"HF checkpoint {hf_dir} leaves model parameters unset: {missing}"
+                )
+    finally:
+        reader.close()
+    return arch
+
+
+def _copy_pieces(param: torch.Tensor, pieces: list[torch.Tensor], bound: BoundRule) -> None:
+    import torch
+
+    rows = sum(p.shape[0] for p in pieces)
+    if rows != param.shape[0] or any(tuple(p.shape[1:]) != tuple(param.shape[1:]) for p in pieces):
+        raise ConversionError(
+            f"{bound.mcore}: HF tensors {list(bound.hf)} give "
+            f"{[list(p.shape) for p in pieces]}, the model parameter is {list(param.shape)}"
+        )
+    with torch.no_grad():
+        offset = 0
+        for piece in pieces:
+            n = piece.shape[0]
+            param.data[offset : offset + n].copy_(piece)
+            offset += n
+
+
+# -- export -------------------------------------------------------------------------------------
+
+
+def _owner_stage(bound: BoundRule, stage_layers: list[list[int]]) -> int:
+    if bound.layer is not None:
+        for stage, layers in enumerate(stage_layers):
+            if bound.layer in layers:
+                return stage
+        raise ConversionError(f"no pipeline stage holds layer {bound.layer}")
+    return 0 if bound.mcore.startswith("embedding.") else len(stage_layers) - 1
+
+
+def export_mcore_to_hf(
+    model_chunks: Sequence[Any] | Any,
+    out_dir: str | Path,
+    *,
+    arch: ModelArchConfig,
+    hf_assets_dir: str | Path | None = None,
+    hf_config: dict[str, Any] | None = None,
+    params_dtype: str | None = None,
+    max_shard_size: int | str = DEFAULT_MAX_SHARD_BYTES,
+    overwrite: bool = False,
+) -> Path | None:
+    """Collective over all ranks: write the model as an HF folder from global rank 0.
+
+    Only data-parallel replica 0 sends data. config.json comes from `hf_config`, else
+    `hf_assets_dir`/config.json (whose tokenizer files are copied too), else is generated from
+    `arch`. Returns the folder on rank 0, None elsewhere. The folder is written atomically.
+    """
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    from mindrl.checkpoint.atomic import check_new_target, commit_temp, prepare_temp
+
+    chunks = list(model_chunks) if isinstance(model_chunks, (list, tuple)) else [model_chunks]
+    rank = dist.get_rank()
+    tp_group = ps.get_tensor_model_parallel_group()
+    tp_size = ps.get_tensor_model_parallel_world_size()
+    tp_rank = ps.get_tensor_model_parallel_rank()
+    pp_rank = ps.get_pipeline_model_parallel_rank()
+    pp_group = ps.get_pipeline_model_parallel_group()
+    cp_rank = ps.get_context_parallel_rank() if hasattr(ps, "get_context_parallel_rank") else 0
+    sender = ps.get_data_parallel_rank() == 0 and cp_rank == 0
+    pp_ranks = dist.get_process_group_ranks(pp_group)
+
+    my_layers: list[int] = []
+    params: dict[str, Any] = {}
+    for chunk in chunks:
+        gpt = unwrap_model(chunk)
+        layers = global_layer_numbers(gpt)
+        for name, p in gpt.named_parameters():
+            m = _LAYER.match(name)
+            if m:
+                name = _LAYER.sub(f"decoder.layers.{layers[int(m.group(1))]}.", name, count=1)
+            params[name] = p
+        my_layers.extend(layers)
+    stage_layers: list[Any] = [None] * len(pp_ranks)
+    dist.all_gather_object(stage_layers, my_layers, group=pp_group)
+    model_dtype = next(iter(params.values())).dtype
+    out_dtype = torch_dtype(params_dtype) if params_dtype else model_dtype
+    device = next(iter(params.values())).device
+
+    out_dir = Path(out_dir).absolute()
+    temp = None
+    writer = None
+    if rank == 0:
+        if not overwrite:
+            check_new_target(out_dir, "out_dir")
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        temp = prepare_temp(out_dir)
+        writer = HFShardWriter(temp, hf_output_plan(arch), out_dtype, max_shard_size)
+    try:
+        for bound in bound_rules(arch):
+            owner = _owner_stage(bound, stage_layers)
+            hf_tensors: dict[str, torch.Tensor] | None = None
+            if sender and pp_rank == owner:
+                hf_tensors = _gather_to_hf(bound, params, arch, tp_group, tp_size, tp_rank)
+                if rank != 0 and hf_tensors is not None:
+                    for t in hf_tensors.values():
+                        dist.send(t.contiguous(), dst=0)
+            if rank == 0:
+                if hf_tensors is None:  # another stage owns it
+                    hf_tensors = {}
+                    for name, shape in zip(bound.hf, bound.hf_shapes):
+                        buf = torch.empty(shape, dtype=model_dtype, device=device)
+                        dist.recv(buf, src=pp_ranks[owner])
+                        hf_tensors[name] = buf
+                for name, t in hf_tensors.items():
+                    writer.add(name, t)  # type: ignore[union-attr]
+        if rank == 0:
+            writer.finish()  # type: ignore[union-attr]
+            config = _export_config(arch, hf_assets_dir, hf_config)
+            if hf_assets_dir is not None:
+                copy_hf_assets(hf_assets_dir, temp)  # type: ignore[arg-type]
+            write_hf_config(temp, config, str(out_dtype).removeprefix("torch."))  # type: ignore[arg-type]
+        dist.barrier()
+        if rank == 0:
+            commit_temp(temp, out_dir, overwrite=overwrite)  # type: ignore[arg-type]
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        if temp is not None:
+            import shutil
+
+            shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return out_dir if rank == 0 else None
+
+
+def _gather_to_hf(
+    bound: BoundRule,
+    params: dict[str, Any],
+    arch: ModelArchConfig,
+    tp_group: Any,
+    tp_size: int,
+    tp_rank: int,
+) -> dict[str, torch.Tensor] | None:
+    """All TP ranks of the owning stage call this; TP rank 0 gets the HF tensors."""
+    import torch
+    import torch.distributed as dist
+
+    found = _find_param(params, bound.mcore)
+    if found is None:
+        raise ConversionError(f"model has no parameter {bound.mcore} on its owning stage")
+    local = found[1].detach().contiguous()
+    if bound.split is Split.REPLICATED or tp_size == 1:
+        shards = [local]
+    else:
+        shards = [torch.empty_like(local) for _ in range(tp_size)]
+        dist.all_gather(shards, local, group=tp_group)
+    if tp_rank != 0:
+        return None
+    return mcore_to_hf(bound, shards, arch)
+
+
+def _export_config(
+    arch: ModelArchConfig, hf_assets_dir: str | Path | None, hf_config: dict[str, Any] | None
+) -> dict[str, Any]:
+    import json
+
+    if hf_config is not None:
+        return dict(hf_config)
+    if hf_assets_dir is not None and Path(hf_assets_dir, "config.json").is_file():
+        return json.loads(Path(hf_assets_dir, "config.json").read_text())
+    return hf_config_from_arch(arch)

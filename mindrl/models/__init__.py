@@ -1,0 +1,11 @@
+"""megatron-core model side of mindrl (heavy imports stay inside the modules).
+
+- `hf_arch`: HF config.json <-> `ModelArchConfig` (`arch_from_hf_config`, `hf_config_from_arch`).
+- `parallel`: torch.distributed + megatron parallel_state set-up / tear-down
+  (`init_parallel`, `parallel_info`, `destroy_parallel`).
+- `gpt`: GPTModel from a `ModelArchConfig` at the current TP/PP (`build_gpt_model`,
+  `transformer_config_from_arch`, `validate_parallel_layout`).
+- `logprobs`: vocab-parallel per-token log-probs and a forward-only pipeline helper
+  (`vocab_parallel_log_probs`, `forward_only`, `causal_attention_mask`).
+- `cpu_compat`: CUDA hard-codings of megatron-core patched on CPU only.
+"""

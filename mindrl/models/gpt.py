@@ -1,0 +1,270 @@
+"""Build megatron-core's GPTModel from a `ModelArchConfig` at the current TP/PP.
+
+Llama / Qwen2 map onto GPTModel as: RMSNorm (eps), RoPE (theta, non-interleaved like HF's
+rotate_half), SwiGLU (gated_linear_unit + silu), GQA (num_query_groups), bias only on QKV
+(Qwen2), tied or untied output layer, vocab padded to a multiple of
+make_vocab_size_divisible_by x TP. The transformer-engine layer spec is used when
+transformer_engine imports, the local (pure megatron-core) spec otherwise.
+
+megatron-core >= 0.12: only long-standing TransformerConfig fields are set, and keyword
+arguments newer releases dropped or renamed are filtered against the installed signature.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import inspect
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from mindrl.accelerator import get_accelerator
+from mindrl.config.model_arch import ModelArchConfig
+
+if TYPE_CHECKING:
+    import torch
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+PARAMS_DTYPES = {
+    "fp32": "float32",
+    "float32": "float32",
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "float16",
+    "float16": "float16",
+}
+
+
+def torch_dtype(name: str | torch.dtype) -> torch.dtype:
+    """fp32 / bf16 / fp16 (or the torch names, or a torch.dtype) -> torch.dtype."""
+    import torch
+
+    if isinstance(name, torch.dtype):
+        return name
+    if name not in PARAMS_DTYPES:
+        raise ValueError(f"params dtype {name!r} is not one of fp32, bf16, fp16")
+    return getattr(torch, PARAMS_DTYPES[name])
+
+
+def dtype_short_name(dtype: str | torch.dtype) -> str:
+    """torch.bfloat16 / 'bfloat16' / 'bf16' -> 'bf16' (the name checkpoints record)."""
+    long = str(torch_dtype(dtype)).removeprefix("torch.")
+    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[long]
+
+
+def te_available() -> bool:
+    return importlib.util.find_spec("transformer_engine") is not None
+
+
+def validate_parallel_layout(arch: ModelArchConfig, tp: int, pp: int) -> None:
+    """Raise ValueError when TP/PP cannot split this architecture (names the flag)."""
+    problems = []
+    for what, value in (
+        ("num_attention_heads", arch.num_attention_heads),
+        ("num_query_groups (kv heads)", arch.num_kv_heads),
+        ("ffn_hidden_size", arch.ffn_hidden_size),
+    ):
+        if value % tp:
+            problems.append(
+                f"--target-tensor-parallel-size {tp} does not divide {what}={value} "
+                "(tensor_parallel_size must divide it)"
+            )
+    if arch.num_layers % pp:
+        problems.append(
+            f"--target-pipeline-parallel-size {pp} does not divide num_layers={arch.num_layers} "
+            "(pipeline_parallel_size must divide it)"
+        )
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def _filter_fields(cls: type, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in kwargs.items() if k in names}
+
+
+def transformer_config_from_arch(
+    arch: ModelArchConfig,
+    *,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    params_dtype: str | torch.dtype = "fp32",
+    use_cpu_initialization: bool | None = None,
+    perform_initialization: bool = True,
+    overrides: Mapping[str, Any] | None = None,
+) -> TransformerConfig:
+    """megatron-core TransformerConfig for `arch` (bf16/fp16 flags follow params_dtype).
+
+    `overrides` sets further TransformerConfig fields (recompute, sequence_parallel, ...);
+    unknown names raise so a typo cannot pass silently.
+    """
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    dtype = torch_dtype(params_dtype)
+    short = dtype_short_name(dtype)
+    if use_cpu_initialization is None:
+        use_cpu_initialization = get_accelerator().is_cpu
+    kwargs: dict[str, Any] = dict(
+        num_layers=arch.num_layers,
+        hidden_size=arch.hidden_size,
+        ffn_hidden_size=arch.ffn_hidden_size,
+        num_attention_heads=arch.num_attention_heads,
+        num_query_groups=arch.num_kv_heads,
+        kv_channels=arch.head_dim,
+        hidden_dropout=arch.hidden_dropout,
+        attention_dropout=arch.attention_dropout,
+        layernorm_epsilon=arch.norm_epsilon,
+        normalization="RMSNorm",
+        add_bias_linear=not arch.disable_bias_linear,
+        add_qkv_bias=arch.add_qkv_bias,
+        gated_linear_unit=arch.swiglu,
+        activation_func=F.silu if arch.swiglu else F.gelu,
+        init_method_std=arch.init_method_std,
+        tensor_model_parallel_size=tensor_parallel_size,
+        pipeline_model_parallel_size=pipeline_parallel_size,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=short == "bf16",
+        fp16=short == "fp16",
+        use_cpu_initialization=use_cpu_initialization,
+        perform_initialization=perform_initialization,
+        # Unfused paths: identical numerics on every device, no apex / TE kernels needed.
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        persist_layer_norm=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        apply_query_key_layer_scaling=False,
+        attention_softmax_in_fp32=True,
+        rotary_interleaved=False,
+        sequence_parallel=False,
+    )
+    if overrides:
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(TransformerConfig)}
+        if unknown:
+            raise ValueError(f"unknown TransformerConfig fields in overrides: {sorted(unknown)}")
+        kwargs.update(overrides)
+    return TransformerConfig(**_filter_fields(TransformerConfig, kwargs))
+
+
+def layer_spec(config: TransformerConfig, use_te: bool | None = None) -> Any:
+    """The TE layer spec where transformer_engine is installed (or use_te=True), else local."""
+    from megatron.core.models.gpt import gpt_layer_specs as specs
+
+    if use_te is None:
+        use_te = te_available()
+    if use_te:
+        return specs.get_gpt_layer_with_transformer_engine_spec()
+    fn = specs.get_gpt_layer_local_spec
+    if "normalization" in inspect.signature(fn).parameters:
+        return fn(normalization=config.normalization)
+    return fn()
+
+
+@contextlib.contextmanager
+def _cpu_tensor_cuda_identity(active: bool) -> Iterator[None]:
+    """CPU work-around: `LanguageModule.setup_embeddings_and_output_layer` (megatron-core 0.16)
+    calls `weight.data.cuda()` before all-reducing the tied output-layer copy over the
+    embedding group when PP > 1. On a CPU box that raises; keep the tensor where it is."""
+    if not active:
+        yield
+        return
+    import torch
+
+    original = torch.Tensor.cuda
+
+    def _identity(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self
+
+    torch.Tensor.cuda = _identity  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.Tensor.cuda = original  # type: ignore[method-assign]
+
+
+def build_gpt_model(
+    arch: ModelArchConfig,
+    *,
+    params_dtype: str | torch.dtype = "fp32",
+    use_te: bool | None = None,
+    pre_process: bool | None = None,
+    post_process: bool | None = None,
+    vp_stage: int | None = None,
+    perform_initialization: bool = True,
+    meta_device: bool = False,
+    config_overrides: Mapping[str, Any] | None = None,
+) -> GPTModel:
+    """One GPTModel chunk for this rank's TP/PP position (parallel_state must be initialised).
+
+    `meta_device=True` builds the model without storage (the offline converter only needs its
+    `sharded_state_dict()` layout). The model is on the accelerator's device, in params_dtype.
+    """
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt import GPTModel
+
+    acc = get_accelerator()
+    acc.apply_megatron_shims()
+    if acc.is_cpu:
+        from mindrl.models.cpu_compat import apply_schedule_shim
+
+        apply_schedule_shim()
+    tp = ps.get_tensor_model_parallel_world_size()
+    pp = ps.get_pipeline_model_parallel_world_size()
+    validate_parallel_layout(arch, tp, pp)
+    config = transformer_config_from_arch(
+        arch,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        params_dtype=params_dtype,
+        use_cpu_initialization=True if meta_device else None,
+        perform_initialization=perform_initialization and not meta_device,
+        overrides=config_overrides,
+    )
+    if vp_stage is None:
+        first = ps.get_pipeline_model_parallel_rank() == 0
+        last = ps.get_pipeline_model_parallel_rank() == pp - 1
+    else:  # virtual pipeline (megatron-core >= 0.13 signature)
+        first = ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
+        last = ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
+    pre_process = first if pre_process is None else pre_process
+    post_process = last if post_process is None else post_process
+    kwargs: dict[str, Any] = dict(
+        config=config,
+        transformer_layer_spec=layer_spec(config, use_te),
+        vocab_size=arch.padded_vocab_size(tp),
+        max_sequence_length=arch.max_position_embeddings,
+        pre_process=pre_process,
+        post_process=post_process,
+        parallel_output=True,
+        share_embeddings_and_output_weights=arch.tie_word_embeddings,
+        position_embedding_type="rope",
+        rotary_percent=1.0,
+        rotary_base=arch.rotary_base,
+    )
+    if vp_stage is not None:
+        kwargs["vp_stage"] = vp_stage
+    device_ctx = torch.device("meta") if meta_device else contextlib.nullcontext()
+    with device_ctx, _cpu_tensor_cuda_identity(acc.is_cpu and pp > 1 and not meta_device):
+        model = GPTModel(**kwargs)
+    dtype = torch_dtype(params_dtype)
+    if dtype != torch.float32:
+        # The local spec's torch norms ignore params_dtype; megatron's Float16Module casts the
+        # whole module the same way.
+        model = model.to(dtype)
+    if not meta_device and not acc.is_cpu:
+        # as megatron's get_model does: norms and buffers are created on the host
+        model = model.to(acc.device(getattr(torch, acc.name).current_device()))
+    return model
+
+
+def unwrap_model(model: Any) -> GPTModel:
+    """The GPTModel inside DDP / Float16Module wrappers."""
+    while hasattr(model, "module"):
+        model = model.module
+    return model

@@ -1,0 +1,190 @@
+"""Per-token log-probs from megatron-core's GPTModel, under vocab and pipeline parallelism.
+
+Vocab parallel: each TP rank holds logits for a slice of the padded vocabulary. The rows past
+the real vocabulary (padding to a multiple of TP) are set to -inf before megatron's
+vocab-parallel cross entropy (all-reduced max, sum-exp and target logit over the TP group), so
+padding carries no probability. Autograd works through it (the trainer's loss uses it).
+
+Pipeline parallel: `forward_only` runs megatron's `get_forward_backward_func()` schedule; the
+last stage turns logits into log-probs per micro-batch, and the result is broadcast over the
+pipeline group so every rank returns the same tensor.
+
+Conventions: `input_ids` [B, S]; `attention_mask` [B, S] with 1 for real tokens (left or right
+padding); log-probs [B, S-1], entry t = log p(input_ids[:, t+1] | input_ids[:, :t+1]).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+
+def causal_attention_mask(
+    seq_len: int, attention_mask: torch.Tensor | None = None, device: Any = None
+) -> torch.Tensor:
+    """megatron's boolean mask ([B or 1, 1, S, S], True = do not attend): causal, plus padded
+    keys when `attention_mask` ([B, S], 1 = token) is given. Passing it explicitly also avoids
+    megatron's default mask, which is built on "cuda"."""
+    import torch
+
+    if attention_mask is not None:
+        device = attention_mask.device
+    mask = torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device), diagonal=1)
+    mask = mask[None, None]
+    if attention_mask is not None:
+        mask = mask | ~attention_mask.bool()[:, None, None, :]
+    return mask
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions counted over real tokens (0 at the first one), as HF generation does."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _tp_rank_size() -> tuple[int, int]:
+    from megatron.core import parallel_state as ps
+
+    if not ps.model_parallel_is_initialized():
+        return 0, 1
+    return ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size()
+
+
+def _masked_float_logits(
+    logits: torch.Tensor, vocab_size: int | None, temperature: float
+) -> torch.Tensor:
+    """fp32 copy of the local logits / temperature with padded vocab rows at -inf."""
+    x = logits.float()
+    x = x / temperature if temperature != 1.0 else (x.clone() if x is logits else x)
+    if vocab_size is not None:
+        tp_rank, _ = _tp_rank_size()
+        first_pad = vocab_size - tp_rank * logits.shape[-1]
+        if first_pad < logits.shape[-1]:
+            x[..., max(first_pad, 0) :] = float("-inf")
+    return x
+
+
+def vocab_parallel_log_probs(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    vocab_size: int | None = None,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """log p(labels) (fp32, shape of labels) from this TP rank's logits slice [..., V/TP].
+
+    `vocab_size` is the real vocabulary (rows >= it are padding and get no probability). The
+    input logits are not modified.
+    """
+    x = _masked_float_logits(logits, vocab_size, temperature)
+    _, tp_size = _tp_rank_size()
+    if tp_size == 1:
+        import torch
+
+        return torch.log_softmax(x, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+    return -vocab_parallel_cross_entropy(x, labels)
+
+
+def gather_vocab_parallel_logits(
+    logits: torch.Tensor, vocab_size: int | None = None
+) -> torch.Tensor:
+    """Full-vocabulary logits [..., vocab_size] from the TP slices (padding rows dropped)."""
+    _, tp_size = _tp_rank_size()
+    if tp_size > 1:
+        from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
+
+        logits = gather_from_tensor_model_parallel_region(logits)
+    return logits if vocab_size is None else logits[..., :vocab_size]
+
+
+def forward_only(
+    model_chunks: Sequence[Any] | Any,
+    input_ids: torch.Tensor,
+    *,
+    vocab_size: int,
+    attention_mask: torch.Tensor | None = None,
+    micro_batch_size: int | None = None,
+    output: str = "log_probs",
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Run the model over `input_ids` without gradients through megatron's pipeline schedule.
+
+    output="log_probs": [B, S-1] fp32 per-token log-probs of the next token.
+    output="logits": [B, S, vocab_size] full-vocabulary logits (gathered over TP).
+    Every rank of the pipeline returns the same tensor (broadcast from the last stage).
+    """
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    if output not in ("log_probs", "logits"):
+        raise ValueError(f"output must be 'log_probs' or 'logits', not {output!r}")
+    chunks = list(model_chunks) if isinstance(model_chunks, (list, tuple)) else [model_chunks]
+    device = next(chunks[0].parameters()).device
+    batch, seq = input_ids.shape
+    mbs = micro_batch_size or batch
+    if batch % mbs:
+        raise ValueError(f"batch size {batch} is not a multiple of micro_batch_size {mbs}")
+    input_ids = input_ids.to(device)
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    attention_mask = attention_mask.to(device)
+    micro_batches = []
+    for i in range(0, batch, mbs):
+        m = attention_mask[i : i + mbs]
+        micro_batches.append(
+            {
+                "tokens": input_ids[i : i + mbs],
+                "position_ids": position_ids_from_mask(m),
+                "mask": causal_attention_mask(seq, m),
+            }
+        )
+
+    def step(data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
+        mb = next(data_iterator)
+        out = model(mb["tokens"], mb["position_ids"], mb["mask"])
+
+        def finish(output_tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            if output == "log_probs":
+                res = vocab_parallel_log_probs(
+                    output_tensor[:, :-1],
+                    mb["tokens"][:, 1:],
+                    vocab_size=vocab_size,
+                    temperature=temperature,
+                )
+            else:
+                res = gather_vocab_parallel_logits(output_tensor, vocab_size).float()
+            return output_tensor.new_zeros((), dtype=torch.float32), {"out": res}
+
+        return out, finish
+
+    iterators: Any = iter(micro_batches)
+    if len(chunks) > 1:
+        iterators = [iter(micro_batches) for _ in chunks]
+    with torch.no_grad():
+        results = get_forward_backward_func()(
+            forward_step_func=step,
+            data_iterator=iterators,
+            model=chunks if len(chunks) > 1 else chunks[0],
+            num_microbatches=len(micro_batches),
+            seq_length=seq,
+            micro_batch_size=mbs,
+            forward_only=True,
+        )
+    shape = (batch, seq - 1) if output == "log_probs" else (batch, seq, vocab_size)
+    if ps.is_pipeline_last_stage(ignore_virtual=True):
+        result = torch.cat([r["out"] for r in results], dim=0)
+    else:
+        result = torch.empty(shape, dtype=torch.float32, device=device)
+    if ps.get_pipeline_model_parallel_world_size() > 1:
+        dist.broadcast(
+            result,
+            src=ps.get_pipeline_model_parallel_last_rank(),
+            group=ps.get_pipeline_model_parallel_group(),
+        )
+    return result
