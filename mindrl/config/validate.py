@@ -122,6 +122,18 @@ def _algorithm_problems(run: RunConfig) -> list[str]:
             f"generate_config.infer_tensor_parallel_size: {gen.infer_tensor_parallel_size} does "
             f"not divide the actor's {run.actor.num_devices} device(s)"
         )
+    engines = run.actor.num_devices // gen.infer_tensor_parallel_size
+    if engines and run.actor.batch.global_batch_size % engines:
+        out.append(
+            f"megatron_training.global_batch_size: {run.actor.batch.global_batch_size} prompts "
+            f"do not split over the {engines} rollout engine(s) (actor devices / "
+            "infer_tensor_parallel_size)"
+        )
+    if not run.rl.resources.use_integrated_worker and gen.infer_tensor_parallel_size > 1:
+        out.append(
+            "generate_config.infer_tensor_parallel_size: a separate rollout group "
+            "(use_integrated_worker: false) runs infer TP 1 engines for now"
+        )
     if run.actor.model.num_attention_heads % gen.infer_tensor_parallel_size:
         out.append(
             f"generate_config.infer_tensor_parallel_size: {gen.infer_tensor_parallel_size} does "

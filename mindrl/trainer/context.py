@@ -61,6 +61,7 @@ class TrainContext:
         self.logger: Any = None
         self.scorer: Any = None
         self._last_completions: list[dict[str, Any]] = []
+        self._rollout_ranks: list[int] | None = None
 
     # -- checkpoints ------------------------------------------------------------------------
     def _checkpoint_dirs(self) -> Any:
@@ -205,15 +206,22 @@ class TrainContext:
 
     def rollout(self, records: list[Any], sampling: Any) -> SampleBatch:
         """n responses per prompt from the actor's engines, one chunk of prompts per DP rank."""
+        from mindrl.cluster.worker_group import split_evenly
+
         gen = self.roles.generator
         prompts = [list(r.prompt_ids) for r in records]
-        chunks = gen.split_by_dp(prompts)
+        slices = self.rollout_ranks()
+        chunks = split_evenly(prompts, max(slices) + 1)
         gen.execute_all("rollout_mode")
-        per_dp = gen.collect_by_dp(gen.dispatch_by_dp("generate", chunks, sampling))
+        results_by_rank = gen.dispatch("generate", [chunks[s] for s in slices], sampling)
         gen.execute_all("train_mode")
+        per_slice: list[Any] = [None] * len(chunks)
+        for s, res in zip(slices, results_by_rank):
+            if per_slice[s] is None and res is not None:
+                per_slice[s] = res
         rows: list[dict[str, Any]] = []
         offset = 0
-        for chunk, results in zip(chunks, per_dp):
+        for chunk, results in zip(chunks, per_slice):
             for r in results:
                 rows.append({**r, "prompt_index": offset + r["prompt_index"]})
             offset += len(chunk)
@@ -228,6 +236,12 @@ class TrainContext:
             },
             rollout_log_probs=[r["log_probs"] for r in rows],
         )
+
+    def rollout_ranks(self) -> list[int]:
+        """The prompt slice each rank of the generating group works on (asked once)."""
+        if self._rollout_ranks is None:
+            self._rollout_ranks = self.roles.generator.execute_all("rollout_rank")
+        return self._rollout_ranks
 
     def score(self, batch: SampleBatch) -> tuple[torch.Tensor, dict[str, float]]:
         from mindrl.rewards.types import SampleMeta
@@ -340,8 +354,8 @@ class TrainContext:
             logger.warning("validation requested but rl_config.val_data_path is not set")
             return
         val = PromptDataset(path)
-        dp = self.roles.generator.dp_size
-        usable = len(val) - len(val) % dp
+        slices = max(self.rollout_ranks()) + 1
+        usable = len(val) - len(val) % slices
         batch = self.rollout(val.batch(list(range(usable))), self.sampling(step, validation=True))
         scores, metrics = self.score(batch)
         out = {"val/score": float(scores.mean())}

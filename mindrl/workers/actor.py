@@ -129,8 +129,17 @@ class ActorWorker(MegatronModelWorker):
 
     # -- rollout ----------------------------------------------------------------------------
     def holds_engine(self) -> bool:
-        """One engine per data-parallel replica, on its first TP and PP rank."""
-        return self.info.tp_rank == 0 and self.info.pp_rank == 0
+        """Every rank holds an engine shard (the engines span the actor's whole world)."""
+        return True
+
+    def rollout_rank(self) -> int:
+        """Which slice of the prompts this rank generates: ranks of one inference-TP group
+        share a slice. Inference parallelism is independent of training TP/PP: with
+        infer TP 1 every actor rank generates its own share (inference DP = world size)."""
+        return self.info.rank // self.run.generate.infer_tensor_parallel_size
+
+    def returns_rollouts(self) -> bool:
+        return self.info.rank % self.run.generate.infer_tensor_parallel_size == 0
 
     def engine_model_dir(self) -> str:
         """The HF folder (config + tokenizer) a rollout engine starts from."""
@@ -143,6 +152,8 @@ class ActorWorker(MegatronModelWorker):
         )
 
     def _build_engine(self) -> None:
+        import torch.distributed as dist
+
         from mindrl.accelerator import get_accelerator
         from mindrl.rollout import build_rollout_engine
 
@@ -151,18 +162,23 @@ class ActorWorker(MegatronModelWorker):
             self.run.generate,
             accelerator=get_accelerator(self.run.runtime.accelerator).name,
             seed=self.cfg.data.seed,
+            # colocated with megatron's world: vLLM joins it instead of starting its own
+            external_launcher=dist.get_world_size() > 1,
         )
 
     def generate(
         self, prompts: list[list[int]], sampling: RolloutSampling
     ) -> list[dict[str, Any]] | None:
-        """Rollouts for this DP replica's prompts (None on ranks without an engine)."""
-        if self.engine is None:
+        """Rollouts for this rank's slice of the prompts (None on the ranks of an inference-TP
+        group other than its first, which return the same results)."""
+        if self.engine is None or not self.returns_rollouts():
+            if self.engine is not None:
+                self.engine.generate(prompts, sampling)  # SPMD: every shard takes part
             return None
         return results_to_rows(self.engine.generate(prompts, sampling))
 
     def sync_weights(self) -> dict[str, float]:
-        """Stream the trained weights, in HF naming, into this replica's rollout engine."""
+        """Stream the trained weights, in HF naming, into every rank's rollout engine."""
         import time
 
         from mindrl.rollout import iter_buckets
@@ -171,7 +187,8 @@ class ActorWorker(MegatronModelWorker):
         start = time.perf_counter()
         bucket_bytes = self.run.generate.weight_sync_bucket_mb << 20
         moved = 0
-        tensors = iter_hf_tensors(self.model_chunks, self.cfg.model, to_tp_rank0_only=True)
+        to_all = self.engine is not None
+        tensors = iter_hf_tensors(self.model_chunks, self.cfg.model, to_tp_rank0_only=not to_all)
         for bucket in iter_buckets(tensors, bucket_bytes):
             moved += sum(t.numel() * t.element_size() for _, t in bucket)
             if self.engine is not None:
@@ -190,7 +207,7 @@ class ActorWorker(MegatronModelWorker):
         from mindrl.rollout import iter_buckets
         from mindrl.workers.resharding import iter_hf_tensors
 
-        sender = self.holds_engine() and self.info.dp_rank == 0
+        sender = self.info.rank == 0
         refs = []
         tensors = iter_hf_tensors(self.model_chunks, self.cfg.model, to_tp_rank0_only=True)
         for bucket in iter_buckets(tensors, self.run.generate.weight_sync_bucket_mb << 20):

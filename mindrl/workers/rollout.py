@@ -35,7 +35,9 @@ class RolloutWorker(Worker):
             accelerator=get_accelerator(self.run.runtime.accelerator).name,
             seed=self.run.actor.data.seed,
         )
-        self.set_dp_rank(self.rank)
+        return self.rank
+
+    def rollout_rank(self) -> int:
         return self.rank
 
     def generate(self, prompts: list[list[int]], sampling: Any) -> list[dict[str, Any]]:
