@@ -150,10 +150,17 @@ class Accelerator:
 
 
 def _peak_rss_bytes() -> int:
+    """This process's peak RSS: VmHWM (ru_maxrss carries a parent's peak across fork/exec)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     import resource
 
-    # ru_maxrss is KiB on Linux
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
 def _apply_mindspeed_adaptor() -> None:

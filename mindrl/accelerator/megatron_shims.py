@@ -7,7 +7,9 @@ needed.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 _APPLIED = False
@@ -40,8 +42,8 @@ def _clip_grad_by_total_norm_cpu(
 class _CpuTorchView:
     """`torch` as megatron's optimizer modules see it, with device='cuda' meaning CPU.
 
-    `FP32Optimizer.__init__`, `MixedPrecisionOptimizer.__init__`, `clip_grads.get_grad_norm_fp32`
-    and `utils.local_multi_tensor_l2_norm` build scalars with `torch.tensor(..., device='cuda')` / `torch.zeros(..., device='cuda')`.
+    `FP32Optimizer.__init__`, `MixedPrecisionOptimizer.__init__`, `clip_grads.get_grad_norm_fp32`,
+    `utils.local_multi_tensor_l2_norm` and the `pipeline_parallel.schedules` build scalars with `torch.tensor(..., device='cuda')` / `torch.zeros(..., device='cuda')`.
     Only those modules get this view; the rest of the process keeps the real torch.
     """
 
@@ -82,18 +84,38 @@ def apply_cpu_shims() -> None:
     try:
         import megatron.core.optimizer.clip_grads as clip_grads
         import megatron.core.optimizer.optimizer as optimizer_mod
+        import megatron.core.pipeline_parallel.schedules as schedules
         import megatron.core.utils as core_utils
     except ImportError:  # megatron-core not installed: nothing to patch
         _APPLIED = True
         return
-    # `megatron.core.utils.local_multi_tensor_l2_norm` (the no-apex grad-norm path) too.
-    for module in (clip_grads, optimizer_mod, core_utils):
+    # `megatron.core.utils.local_multi_tensor_l2_norm` (the no-apex grad-norm path) too, and
+    # every pipeline schedule's `torch.zeros([], dtype=torch.int, device="cuda")` token count.
+    for module in (clip_grads, optimizer_mod, core_utils, schedules):
         if not isinstance(module.torch, _CpuTorchView):
             module.torch = _CpuTorchView(module.torch)
     clip_grads.clip_grad_by_total_norm_fp32 = _clip_grad_by_total_norm_cpu
     if hasattr(optimizer_mod, "clip_grad_by_total_norm_fp32"):
         optimizer_mod.clip_grad_by_total_norm_fp32 = _clip_grad_by_total_norm_cpu
     _APPLIED = True
+
+
+@contextlib.contextmanager
+def tensor_cuda_is_identity(active: bool) -> Iterator[None]:
+    """While building a model on CPU: `LanguageModule.setup_embeddings_and_output_layer`
+    calls `weight.data.cuda()` on the tied output-layer copy before all-reducing it over the
+    embedding group when PP > 1; keep the tensor where it is."""
+    if not active:
+        yield
+        return
+    import torch
+
+    original = torch.Tensor.cuda
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.Tensor.cuda = original  # type: ignore[method-assign]
 
 
 def seed_megatron_if_initialized(seed: int) -> None:

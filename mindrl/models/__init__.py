@@ -7,5 +7,4 @@
   `transformer_config_from_arch`, `validate_parallel_layout`).
 - `logprobs`: vocab-parallel per-token log-probs and a forward-only pipeline helper
   (`vocab_parallel_log_probs`, `forward_only`, `causal_attention_mask`).
-- `cpu_compat`: CUDA hard-codings of megatron-core patched on CPU only.
 """

@@ -16,10 +16,11 @@ import contextlib
 import dataclasses
 import importlib.util
 import inspect
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mindrl.accelerator import get_accelerator
+from mindrl.accelerator.megatron_shims import tensor_cuda_is_identity
 from mindrl.config.model_arch import ModelArchConfig
 
 if TYPE_CHECKING:
@@ -165,28 +166,6 @@ def layer_spec(config: TransformerConfig, use_te: bool | None = None) -> Any:
     return fn()
 
 
-@contextlib.contextmanager
-def _cpu_tensor_cuda_identity(active: bool) -> Iterator[None]:
-    """CPU work-around: `LanguageModule.setup_embeddings_and_output_layer` (megatron-core 0.16)
-    calls `weight.data.cuda()` before all-reducing the tied output-layer copy over the
-    embedding group when PP > 1. On a CPU box that raises; keep the tensor where it is."""
-    if not active:
-        yield
-        return
-    import torch
-
-    original = torch.Tensor.cuda
-
-    def _identity(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return self
-
-    torch.Tensor.cuda = _identity  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        torch.Tensor.cuda = original  # type: ignore[method-assign]
-
-
 def build_gpt_model(
     arch: ModelArchConfig,
     *,
@@ -210,10 +189,6 @@ def build_gpt_model(
 
     acc = get_accelerator()
     acc.apply_megatron_shims()
-    if acc.is_cpu:
-        from mindrl.models.cpu_compat import apply_schedule_shim
-
-        apply_schedule_shim()
     tp = ps.get_tensor_model_parallel_world_size()
     pp = ps.get_pipeline_model_parallel_world_size()
     validate_parallel_layout(arch, tp, pp)
@@ -250,7 +225,7 @@ def build_gpt_model(
     if vp_stage is not None:
         kwargs["vp_stage"] = vp_stage
     device_ctx = torch.device("meta") if meta_device else contextlib.nullcontext()
-    with device_ctx, _cpu_tensor_cuda_identity(acc.is_cpu and pp > 1 and not meta_device):
+    with device_ctx, tensor_cuda_is_identity(acc.is_cpu and pp > 1 and not meta_device):
         model = GPTModel(**kwargs)
     dtype = torch_dtype(params_dtype)
     if dtype != torch.float32:

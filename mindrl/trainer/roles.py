@@ -39,8 +39,9 @@ class Roles:
 
 
 def _worker_env(run: RunConfig, cpus: float) -> dict[str, str]:
-    """Threads per worker: the CPUs of its bundle share (Ray would leave one per actor)."""
-    threads = max(int(cpus), 1)
+    """Threads per worker: `runtime.worker_threads`, else its bundle's CPUs (Ray would set
+    OMP_NUM_THREADS to the actor's fractional share)."""
+    threads = run.runtime.worker_threads or max(int(cpus), 1)
     env = {"MINDRL_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     if run.generate.rollout_backend != "hf":
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
