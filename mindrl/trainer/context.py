@@ -136,16 +136,17 @@ class TrainContext:
         acc = get_accelerator(run.runtime.accelerator)
         rw = run.rl.reward
         with contextlib.ExitStack() as stack:
-            self.scorer = stack.enter_context(
-                RewardScorer(
-                    list(rw.verifier_function),
-                    list(rw.verifier_weight),
-                    num_workers=rw.verifier_parallel,
-                    timeout_s=rw.verifier_timeout,
-                    params=run.rl.reward_params,
-                    verifier_files=list(rw.verifier_files),
+            if rw.rule_reward:
+                self.scorer = stack.enter_context(
+                    RewardScorer(
+                        list(rw.verifier_function),
+                        list(rw.verifier_weight),
+                        num_workers=rw.verifier_parallel,
+                        timeout_s=rw.verifier_timeout,
+                        params=run.rl.reward_params,
+                        verifier_files=list(rw.verifier_files),
+                    )
                 )
-            )
             cluster = stack.enter_context(start_or_connect(run.runtime, acc))
             resources = cluster.cluster_resources()
             plan = plan_placement(run, acc.ray_resource, resources.max_per_node(acc.ray_resource))
@@ -155,6 +156,8 @@ class TrainContext:
             self.roles.actor.execute_all("init_model", self.resume_dir)
             if self.roles.ref is not None:
                 self.roles.ref.execute_all("init_model")
+            if self.roles.reward is not None:
+                self.roles.reward.execute_all("init_model")
             if self.roles.rollout is not None:
                 model_dir = self.roles.actor.execute_rank(0, "engine_model_dir")
                 self.roles.rollout.execute_all("init_engine", model_dir)
@@ -246,6 +249,10 @@ class TrainContext:
     def score(self, batch: SampleBatch) -> tuple[torch.Tensor, dict[str, float]]:
         from mindrl.rewards.types import SampleMeta
 
+        if self.roles.reward is not None:  # rule_reward: false -> the reward model scores
+            rm = self.roles.reward
+            scores = torch.cat(rm.dispatch("compute_rm_score", batch.chunks(rm.world_size)))
+            return scores, {"reward_model/mean": float(scores.mean())}
         texts = self._responses_text(batch)
         max_tokens = self.run.generate.sampling_config.max_tokens
         metas = [

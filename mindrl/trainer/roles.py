@@ -19,6 +19,7 @@ from mindrl.config.run import RunConfig
 class Roles:
     actor: Any  # WorkerGroup of ActorWorker
     ref: Any | None  # WorkerGroup of ReferenceWorker
+    reward: Any | None  # WorkerGroup of RewardWorker (reward model; rule_reward false)
     rollout: Any | None  # WorkerGroup of RolloutWorker when rollout has its own devices
     placement_groups: dict[str, Any]
 
@@ -28,7 +29,7 @@ class Roles:
         return self.rollout if self.rollout is not None else self.actor
 
     def groups(self) -> list[Any]:
-        return [g for g in (self.actor, self.ref, self.rollout) if g is not None]
+        return [g for g in (self.actor, self.ref, self.reward, self.rollout) if g is not None]
 
     def shutdown(self) -> None:
         from mindrl.cluster.worker_group import remove_placement_groups
@@ -36,6 +37,9 @@ class Roles:
         for group in self.groups():
             group.shutdown()
         remove_placement_groups(self.placement_groups)
+
+
+ROLE_ORDER = ("actor", "ref", "reward", "rollout")
 
 
 def _worker_env(run: RunConfig, cpus: float) -> dict[str, str]:
@@ -63,6 +67,7 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
     )
     from mindrl.workers.actor import ActorWorker
     from mindrl.workers.megatron_worker import ReferenceWorker
+    from mindrl.workers.reward import RewardWorker
     from mindrl.workers.rollout import RolloutWorker
 
     timeout = run.runtime.worker_timeout_s
@@ -76,9 +81,8 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
                     "actor": (ActorWorker, (run, hybrid)),
                     "ref": (ReferenceWorker, (run,)),
                     "rollout": (RolloutWorker, (run,)),
+                    "reward": (RewardWorker, (run,)),
                 }.get(layout.role, (None, ()))
-                if cls is None:
-                    raise NotImplementedError(f"no worker for role {layout.role!r} yet")
                 cpus = cpus_per_worker(device_group)
                 groups[layout.role] = WorkerGroup(
                     cls,
@@ -94,6 +98,6 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
                     timeout_s=timeout,
                 )
     except BaseException:
-        Roles(groups.get("actor"), groups.get("ref"), groups.get("rollout"), pgs).shutdown()
+        Roles(*(groups.get(r) for r in ROLE_ORDER), pgs).shutdown()
         raise
-    return Roles(groups["actor"], groups.get("ref"), groups.get("rollout"), pgs)
+    return Roles(*(groups.get(r) for r in ROLE_ORDER), pgs)

@@ -1,0 +1,70 @@
+"""The reward-model role (`rule_reward: false`): an HF sequence-classification model scores
+each prompt + response; one full replica per device, sequences split across replicas.
+
+The reward model is read with transformers (`AutoModelForSequenceClassification`), so any HF
+reward model with the policy's tokenizer works as is; it runs at TP = PP = 1 (validated).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from mindrl.cluster.worker import Worker
+from mindrl.config.run import RunConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from mindrl.trainer.batch import SampleBatch
+
+
+class RewardWorker(Worker):
+    def __init__(self, run: RunConfig):
+        super().__init__()
+        self.run = run
+        self.cfg = run.reward
+        self.model: Any = None
+        self.device: Any = None
+
+    def init_model(self) -> int:
+        import torch
+        from transformers import AutoModelForSequenceClassification
+
+        from mindrl.accelerator import get_accelerator
+
+        threads = int(os.environ.get("MINDRL_NUM_THREADS", "0"))
+        if threads > 0:
+            torch.set_num_threads(threads)
+        acc = get_accelerator(self.run.runtime.accelerator)
+        self.device = acc.device(0)  # Ray narrows the visible devices to this worker's one
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(
+            self.cfg.precision.params_dtype, torch.float32
+        )
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            self.cfg.ckpt.load, dtype=dtype
+        ).to(self.device)
+        self.model.eval()
+        return self.rank
+
+    def compute_rm_score(self, batch: SampleBatch) -> torch.Tensor:
+        """One scalar per sequence: the model's first logit at the last real token."""
+        import torch
+
+        scores = []
+        mbs = self.cfg.batch.micro_batch_size
+        with torch.no_grad():
+            for start in range(0, batch.size, mbs):
+                ids = batch.input_ids[start : start + mbs].to(self.device)
+                mask = batch.attention_mask[start : start + mbs].to(self.device)
+                head = getattr(self.model, "score", None)  # Llama/Qwen2/Mistral-style heads
+                if head is not None:
+                    # pool at the last attended token ourselves: HF pools at the last token that
+                    # is not pad_token_id, which is wrong when EOS == pad ends the response
+                    hidden = self.model.base_model(input_ids=ids, attention_mask=mask)[0]
+                    last = mask.sum(-1) - 1
+                    logits = head(hidden[torch.arange(ids.shape[0]), last])
+                else:
+                    logits = self.model(input_ids=ids, attention_mask=mask).logits
+                scores.append(logits[:, 0].float().cpu())
+        return torch.cat(scores)
