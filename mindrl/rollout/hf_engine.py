@@ -1,0 +1,230 @@
+"""HF transformers rollout backend: the fallback when vLLM is absent or not wanted.
+
+A hand-written decode loop over a transformers causal LM rather than ``model.generate``:
+``generate`` would have to keep every step's full-vocabulary logits to report raw log-probs
+(``output_logits``), which is gigabytes for a GRPO batch; here each step's log-prob of the
+sampled token is gathered and the logits dropped. Prompts are left-padded so every row's
+next token sits in the last column.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mindrl.rollout.base import RolloutEngine, RolloutResult, RolloutSampling
+from mindrl.rollout.sampling_ops import raw_token_logprobs, sample_tokens
+
+if TYPE_CHECKING:
+    import torch
+
+    from mindrl.config.generate import GenerateConfig
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _eos_ids(model) -> tuple[int, ...]:
+    """EOS ids from the generation config and the model config (either may hold a list)."""
+    ids: list[int] = []
+    for source in (getattr(model, "generation_config", None), model.config):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if value is None:
+            continue
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if int(item) not in ids:
+                ids.append(int(item))
+    return tuple(ids)
+
+
+class HFRolloutEngine(RolloutEngine):
+    """Batched sampling with a transformers model; same knobs and log-prob convention as vLLM.
+
+    ``max_num_seqs`` bounds how many sequences decode together (rows are chunked).
+    """
+
+    backend = "hf"
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        dtype: str = "float32",
+        max_num_seqs: int = 256,
+        seed: int = 0,
+        device: str | None = None,
+        trust_remote_code: bool = False,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from mindrl.accelerator import get_accelerator
+
+        if dtype not in (*_DTYPES, "auto"):
+            raise ValueError(f"dtype must be one of {_DTYPES} or 'auto', got {dtype!r}")
+        self.device = torch.device(device) if device else get_accelerator().device()
+        torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            str(model_dir), dtype=torch_dtype, trust_remote_code=trust_remote_code
+        ).to(self.device)
+        self.model.eval()
+        self.max_num_seqs = max_num_seqs
+        self.eos_token_ids = _eos_ids(self.model)
+        pad = self.model.config.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else (self.eos_token_ids or (0,))[0])
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._asleep = False
+
+    @classmethod
+    def from_config(
+        cls, model_dir: str | Path, cfg: GenerateConfig, *, seed: int = 0
+    ) -> HFRolloutEngine:
+        return cls(
+            model_dir,
+            dtype=cfg.dtype,
+            max_num_seqs=cfg.max_num_seqs,
+            seed=seed,
+            trust_remote_code=cfg.trust_remote_code,
+        )
+
+    # -- generation ---------------------------------------------------------------------------
+    def generate(
+        self, prompt_token_ids: list[list[int]], sampling: RolloutSampling
+    ) -> list[RolloutResult]:
+        import torch
+
+        if self._asleep:
+            raise RuntimeError("HF rollout engine is asleep: call wake_up() before generate()")
+        for i, ids in enumerate(prompt_token_ids):
+            if not ids:
+                raise ValueError(f"prompt {i} is empty")
+        rows = [(p, s) for p in range(len(prompt_token_ids)) for s in range(sampling.n)]
+        generator = self._generator
+        if sampling.seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        results: list[RolloutResult] = []
+        for start in range(0, len(rows), self.max_num_seqs):
+            chunk = rows[start : start + self.max_num_seqs]
+            prompts = [prompt_token_ids[p] for p, _ in chunk]
+            for (p, s), (tokens, logprobs, reason) in zip(
+                chunk, self._decode(prompts, sampling, generator)
+            ):
+                results.append(RolloutResult(p, s, tokens, logprobs, reason))
+        return results
+
+    @staticmethod
+    def _left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple:
+        import torch
+
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt) :] = 1
+        return ids.to(device), mask.to(device)
+
+    @staticmethod
+    def _stop_set(sampling: RolloutSampling, eos_ids: tuple[int, ...]) -> list[int]:
+        stops = list(sampling.stop_token_ids)
+        if not sampling.ignore_eos:
+            stops += [e for e in eos_ids if e not in stops]
+        return stops
+
+    def _decode(
+        self,
+        prompts: list[list[int]],
+        sampling: RolloutSampling,
+        generator: torch.Generator,
+    ) -> list[tuple[tuple[int, ...], tuple[float, ...], str]]:
+        """One left-padded batch through prefill + decode with the KV cache."""
+        import torch
+
+        ids, mask = self._left_pad(prompts, self.pad_token_id, self.device)
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        stops = torch.tensor(self._stop_set(sampling, self.eos_token_ids), dtype=torch.long)
+        stops = stops.to(self.device)
+        batch = len(prompts)
+        finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        lengths = torch.zeros(batch, dtype=torch.long, device=self.device)
+        stopped = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        tokens_out: list[torch.Tensor] = []
+        logprobs_out: list[torch.Tensor] = []
+        past = None
+        step_ids, step_pos = ids, positions
+        with torch.inference_mode():
+            for _ in range(sampling.max_tokens):
+                out = self.model(
+                    input_ids=step_ids,
+                    attention_mask=mask,
+                    position_ids=step_pos,
+                    past_key_values=past,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+                past = out.past_key_values
+                logits = out.logits[:, -1, :]
+                token = sample_tokens(logits, sampling, generator)
+                token = torch.where(finished, self.pad_token_id, token)
+                tokens_out.append(token)
+                logprobs_out.append(raw_token_logprobs(logits, token))
+                lengths += (~finished).long()
+                hit_stop = torch.isin(token, stops) & ~finished
+                stopped |= hit_stop
+                finished |= hit_stop
+                if bool(finished.all()):
+                    break
+                step_ids = token[:, None]
+                step_pos = step_pos[:, -1:] + 1
+                mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=-1)
+        all_tokens = torch.stack(tokens_out, dim=1).tolist()
+        all_logprobs = torch.stack(logprobs_out, dim=1).tolist()
+        results = []
+        for row in range(batch):
+            n = int(lengths[row])
+            reason = "stop" if bool(stopped[row]) else "length"
+            results.append((tuple(all_tokens[row][:n]), tuple(all_logprobs[row][:n]), reason))
+        return results
+
+    # -- weights ------------------------------------------------------------------------------
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy HF-named tensors into the model; every name and shape is checked first.
+
+        A subset is fine (callers stream buckets). An unknown name or a shape mismatch
+        raises before anything is copied, naming the tensor.
+        """
+        import torch
+
+        state = self.model.state_dict(keep_vars=True)
+        items = list(named_tensors)
+        for name, tensor in items:
+            if name not in state:
+                raise KeyError(f"update_weights: model has no tensor named {name!r}")
+            if tuple(tensor.shape) != tuple(state[name].shape):
+                raise ValueError(
+                    f"update_weights: {name!r} has shape {tuple(tensor.shape)}, "
+                    f"model expects {tuple(state[name].shape)}"
+                )
+        with torch.no_grad():
+            for name, tensor in items:
+                state[name].data.copy_(tensor.to(state[name].device))
+
+    # -- memory -------------------------------------------------------------------------------
+    def sleep(self) -> None:
+        """Move the weights to host memory (a logged no-op when the model already is there)."""
+        if self.device.type == "cpu":
+            logger.info("HF rollout engine on CPU: sleep() is a no-op")
+            return
+        self.model.to("cpu")
+        self._asleep = True
+
+    def wake_up(self) -> None:
+        if self._asleep:
+            self.model.to(self.device)
+            self._asleep = False
+
+    def close(self) -> None:
+        self.model = None

