@@ -25,8 +25,10 @@ class RuntimeConfig:
     master_addr: str = spec("127.0.0.1", help="torch.distributed rendezvous for one node")
     worker_timeout_s: float = spec(600.0, gt=0.0, help="a worker call longer than this fails")
     worker_threads: int | None = spec(
-        None, ge=1, help="torch threads per worker; default: its bundle's CPUs. On a CPU box "
-        "roles that run one after another may each use every core"
+        None,
+        ge=1,
+        help="torch threads per worker; default: its bundle's CPUs. On a CPU box "
+        "roles that run one after another may each use every core",
     )
 
 
