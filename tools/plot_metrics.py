@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import math
 import sys
 from collections.abc import Sequence
@@ -26,6 +25,9 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
 from matplotlib.figure import Figure  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout as is
+from mindrl.trainer.metrics import iter_step_records  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -58,14 +60,8 @@ def load_metrics(jsonl_path: str | Path) -> list[dict[str, Any]]:
     twice at one step the later value wins.
     """
     by_step: dict[int, dict[str, Any]] = {}
-    with open(jsonl_path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                record = json.loads(line)
-                step = int(record["step"])
-            except (ValueError, KeyError, TypeError):
-                continue
-            by_step.setdefault(step, {}).update(record)
+    for _, record, step in iter_step_records(jsonl_path):
+        by_step.setdefault(step, {}).update(record)
     return [by_step[s] for s in sorted(by_step)]
 
 

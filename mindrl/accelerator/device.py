@@ -108,7 +108,7 @@ class Accelerator:
             import psutil
 
             info = psutil.Process().memory_info()
-            peak = _peak_rss_bytes()
+            peak = peak_rss_bytes()
             return {"allocated_gib": info.rss / gib, "peak_gib": max(peak, info.rss) / gib}
         mod = self._torch_module()
         return {
@@ -149,7 +149,7 @@ class Accelerator:
         return getattr(torch, self.name)
 
 
-def _peak_rss_bytes() -> int:
+def peak_rss_bytes() -> int:
     """This process's peak RSS: VmHWM (ru_maxrss carries a parent's peak across fork/exec)."""
     try:
         with open("/proc/self/status") as fh:

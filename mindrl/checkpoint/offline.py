@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mindrl.accelerator.device import peak_rss_bytes
 from mindrl.checkpoint.atomic import atomic_directory, check_new_target
 from mindrl.checkpoint.errors import ConversionError, checkpoint_errors, short_reason
 from mindrl.checkpoint.hf_io import (
@@ -71,21 +72,6 @@ class ConversionResult:
     tensors: int
     bytes_written: int
     peak_rss_bytes: int  # this process's RSS high-water mark (VmHWM)
-
-
-def _peak_rss() -> int:
-    """This process's RSS high-water mark (VmHWM: unlike ru_maxrss, not inherited from the
-    parent across exec)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def _progress(items: list[Any], desc: str, enabled: bool) -> Any:
@@ -272,7 +258,9 @@ def convert_hf_to_mcore(
         if tokenizer_dir is not None:
             copy_tokenizer_files(tokenizer_dir, release / HF_ASSETS_DIR)
     reader.close()
-    return ConversionResult(save_dir, time.perf_counter() - start, len(rules), nbytes, _peak_rss())
+    return ConversionResult(
+        save_dir, time.perf_counter() - start, len(rules), nbytes, peak_rss_bytes()
+    )
 
 
 def _check_all_filled(sharded: dict[str, Any]) -> None:
@@ -444,7 +432,7 @@ def convert_mcore_to_hf(
         config = _hf_config_for(assets, info)
         write_hf_config(temp, config, out_dtype_name)
     return ConversionResult(
-        save_dir, time.perf_counter() - start, n_tensors, writer.total_bytes, _peak_rss()
+        save_dir, time.perf_counter() - start, n_tensors, writer.total_bytes, peak_rss_bytes()
     )
 
 
@@ -506,4 +494,6 @@ def convert_mcore_to_mcore(
             {"model": target}, temp, new_info, hf_assets_dir=assets if assets.is_dir() else None
         )
         del target
-    return ConversionResult(save_dir, time.perf_counter() - start, len(rules), nbytes, _peak_rss())
+    return ConversionResult(
+        save_dir, time.perf_counter() - start, len(rules), nbytes, peak_rss_bytes()
+    )

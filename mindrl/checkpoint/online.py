@@ -2,15 +2,15 @@
 
 `load_hf_into_mcore` runs on every rank of a training job: each rank reads, lazily from the
 safetensors files, only the rows/columns its own parameters need, so no rank ever holds the
-whole model. `export_mcore_to_hf` gathers each parameter over its TP group on the stage that
-owns it and sends the HF tensors to global rank 0, which streams them into safetensors shards;
-peak memory on rank 0 is about one layer plus one output shard.
+whole model. `iter_hf_tensors` gathers each parameter over its TP group on the stage that owns
+it and brings the HF tensors to the first stage, one parameter at a time: the HF export streams
+them into safetensors shards on rank 0, the trainer streams them into rollout engines.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,6 +147,75 @@ def _owner_stage(bound: BoundRule, stage_layers: list[list[int]]) -> int:
     return 0 if bound.mcore.startswith("embedding.") else len(stage_layers) - 1
 
 
+def local_params_by_global_name(model_chunks: Sequence[Any]) -> tuple[dict[str, Any], list[int]]:
+    """This rank's parameters keyed by mcore name with *global* layer numbers, and its layers."""
+    params: dict[str, Any] = {}
+    my_layers: list[int] = []
+    for chunk in model_chunks:
+        gpt = unwrap_model(chunk)
+        layers = global_layer_numbers(gpt)
+        for name, p in gpt.named_parameters():
+            m = _LAYER.match(name)
+            if m:
+                name = _LAYER.sub(f"decoder.layers.{layers[int(m.group(1))]}.", name, count=1)
+            params[name] = p
+        my_layers.extend(layers)
+    return params, my_layers
+
+
+def iter_hf_tensors(
+    model_chunks: Sequence[Any] | Any, arch: ModelArchConfig, *, to_tp_rank0_only: bool = True
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Collective over the model's ranks: yield (HF name, full tensor), one parameter at a
+    time, on the first TP rank of the first pipeline stage of every data-parallel replica
+    (on every rank when `to_tp_rank0_only` is false). Every rank must exhaust the iterator.
+
+    TP shards are merged by the mapping table (fused QKV / gate-up split, vocab padding
+    dropped); a stage's tensors reach stage 0 over the pipeline group. Used for the HF export
+    and for streaming weights into rollout engines.
+    """
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    chunks = list(model_chunks) if isinstance(model_chunks, (list, tuple)) else [model_chunks]
+    params, my_layers = local_params_by_global_name(chunks)
+    tp_group = ps.get_tensor_model_parallel_group()
+    tp_size = ps.get_tensor_model_parallel_world_size()
+    tp_rank = ps.get_tensor_model_parallel_rank()
+    pp_size = ps.get_pipeline_model_parallel_world_size()
+    pp_rank = ps.get_pipeline_model_parallel_rank()
+    pp_group = ps.get_pipeline_model_parallel_group()
+    pp_ranks = dist.get_process_group_ranks(pp_group)
+    stage_layers: list[Any] = [None] * pp_size
+    dist.all_gather_object(stage_layers, my_layers, group=pp_group)
+    dtype = next(iter(params.values())).dtype
+    device = next(iter(params.values())).device
+
+    def empty(bound: BoundRule) -> dict[str, torch.Tensor]:
+        return {
+            name: torch.empty(shape, dtype=dtype, device=device)
+            for name, shape in zip(bound.hf, bound.hf_shapes)
+        }
+
+    for bound in bound_rules(arch):
+        owner = _owner_stage(bound, stage_layers)
+        tensors: dict[str, torch.Tensor] | None = None
+        if pp_rank == owner:
+            tensors = _gather_to_hf(bound, params, arch, tp_group, tp_size, tp_rank)
+        if pp_size > 1 and tp_rank == 0:  # the owner stage's TP rank 0 sends to the others
+            tensors = tensors if tensors is not None else empty(bound)
+            for t in tensors.values():
+                dist.broadcast(t, src=pp_ranks[owner], group=pp_group)
+        if not to_tp_rank0_only and tp_size > 1:
+            tensors = tensors if tensors is not None else empty(bound)
+            src = dist.get_process_group_ranks(tp_group)[0]
+            for t in tensors.values():
+                dist.broadcast(t, src=src, group=tp_group)
+        if tensors is not None and (not to_tp_rank0_only or (tp_rank == 0 and pp_rank == 0)):
+            yield from tensors.items()
+
+
 def export_mcore_to_hf(
     model_chunks: Sequence[Any] | Any,
     out_dir: str | Path,
@@ -160,44 +229,18 @@ def export_mcore_to_hf(
 ) -> Path | None:
     """Collective over all ranks: write the model as an HF folder from global rank 0.
 
-    Only data-parallel replica 0 sends data. config.json comes from `hf_config`, else
-    `hf_assets_dir`/config.json (whose tokenizer files are copied too), else is generated from
-    `arch`. Returns the folder on rank 0, None elsewhere. The folder is written atomically.
+    config.json comes from `hf_config`, else `hf_assets_dir`/config.json (whose tokenizer
+    files are copied too), else is generated from `arch`. Returns the folder on rank 0, None
+    elsewhere. The folder is written atomically.
     """
-    import torch
     import torch.distributed as dist
-    from megatron.core import parallel_state as ps
 
     from mindrl.checkpoint.atomic import check_new_target, commit_temp, prepare_temp
 
     chunks = list(model_chunks) if isinstance(model_chunks, (list, tuple)) else [model_chunks]
     rank = dist.get_rank()
-    tp_group = ps.get_tensor_model_parallel_group()
-    tp_size = ps.get_tensor_model_parallel_world_size()
-    tp_rank = ps.get_tensor_model_parallel_rank()
-    pp_rank = ps.get_pipeline_model_parallel_rank()
-    pp_group = ps.get_pipeline_model_parallel_group()
-    cp_rank = ps.get_context_parallel_rank() if hasattr(ps, "get_context_parallel_rank") else 0
-    sender = ps.get_data_parallel_rank() == 0 and cp_rank == 0
-    pp_ranks = dist.get_process_group_ranks(pp_group)
-
-    my_layers: list[int] = []
-    params: dict[str, Any] = {}
-    for chunk in chunks:
-        gpt = unwrap_model(chunk)
-        layers = global_layer_numbers(gpt)
-        for name, p in gpt.named_parameters():
-            m = _LAYER.match(name)
-            if m:
-                name = _LAYER.sub(f"decoder.layers.{layers[int(m.group(1))]}.", name, count=1)
-            params[name] = p
-        my_layers.extend(layers)
-    stage_layers: list[Any] = [None] * len(pp_ranks)
-    dist.all_gather_object(stage_layers, my_layers, group=pp_group)
-    model_dtype = next(iter(params.values())).dtype
+    model_dtype = next(unwrap_model(chunks[0]).parameters()).dtype
     out_dtype = torch_dtype(params_dtype) if params_dtype else model_dtype
-    device = next(iter(params.values())).device
-
     out_dir = Path(out_dir).absolute()
     temp = None
     writer = None
@@ -208,23 +251,9 @@ def export_mcore_to_hf(
         temp = prepare_temp(out_dir)
         writer = HFShardWriter(temp, hf_output_plan(arch), out_dtype, max_shard_size)
     try:
-        for bound in bound_rules(arch):
-            owner = _owner_stage(bound, stage_layers)
-            hf_tensors: dict[str, torch.Tensor] | None = None
-            if sender and pp_rank == owner:
-                hf_tensors = _gather_to_hf(bound, params, arch, tp_group, tp_size, tp_rank)
-                if rank != 0 and hf_tensors is not None:
-                    for t in hf_tensors.values():
-                        dist.send(t.contiguous(), dst=0)
+        for name, tensor in iter_hf_tensors(chunks, arch):
             if rank == 0:
-                if hf_tensors is None:  # another stage owns it
-                    hf_tensors = {}
-                    for name, shape in zip(bound.hf, bound.hf_shapes):
-                        buf = torch.empty(shape, dtype=model_dtype, device=device)
-                        dist.recv(buf, src=pp_ranks[owner])
-                        hf_tensors[name] = buf
-                for name, t in hf_tensors.items():
-                    writer.add(name, t)  # type: ignore[union-attr]
+                writer.add(name, tensor)  # type: ignore[union-attr]
         if rank == 0:
             writer.finish()  # type: ignore[union-attr]
             config = _export_config(arch, hf_assets_dir, hf_config)

@@ -175,6 +175,19 @@ def _fsync_write(fh: IO[str], text: str) -> None:
     os.fsync(fh.fileno())
 
 
+def iter_step_records(path: str | Path) -> Iterator[tuple[str, dict[str, Any], int]]:
+    """(line, record, step) for every well-formed line of a metrics JSONL file; torn or
+    malformed lines (a crash mid-write) are skipped."""
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                record = json.loads(line)
+                step = int(record["step"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            yield line, record, step
+
+
 def truncate_jsonl(path: Path, keep_through: int) -> int:
     """Keep only well-formed lines with ``step <= keep_through`` (atomically); returns the count.
 
@@ -183,16 +196,11 @@ def truncate_jsonl(path: Path, keep_through: int) -> int:
     """
     if not path.exists():
         return 0
-    kept: list[str] = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                record = json.loads(line)
-                step = int(record["step"])
-            except (ValueError, KeyError, TypeError):
-                continue
-            if step <= keep_through:
-                kept.append(line if line.endswith("\n") else line + "\n")
+    kept = [
+        line if line.endswith("\n") else line + "\n"
+        for line, _, step in iter_step_records(path)
+        if step <= keep_through
+    ]
     temp = path.with_name(f".{path.name}.tmp")
     with open(temp, "w", encoding="utf-8") as fh:
         _fsync_write(fh, "".join(kept))

@@ -186,8 +186,8 @@ class ActorWorker(MegatronModelWorker):
         """Stream the trained weights, in HF naming, into every rank's rollout engine."""
         import time
 
+        from mindrl.checkpoint.online import iter_hf_tensors
         from mindrl.rollout import iter_buckets
-        from mindrl.workers.resharding import iter_hf_tensors
 
         self.rollout_mode()  # the engine must be awake to take weights
         start = time.perf_counter()
@@ -210,8 +210,8 @@ class ActorWorker(MegatronModelWorker):
         ranks other than the first TP/PP rank of DP replica 0."""
         import ray
 
+        from mindrl.checkpoint.online import iter_hf_tensors
         from mindrl.rollout import iter_buckets
-        from mindrl.workers.resharding import iter_hf_tensors
 
         sender = self.info.rank == 0
         refs = []

