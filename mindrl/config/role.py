@@ -18,7 +18,8 @@ class ParallelConfig:
     pipeline_model_parallel_size: int = spec(1, ge=1)
     sequence_parallel: bool = False
     use_distributed_optimizer: bool = spec(
-        False, help="megatron's ZeRO-1 optimizer; not supported on CPU (falls back, logged)"
+        False,
+        help="megatron's ZeRO-1 optimizer: accepted, not used yet (the replicated optimizer runs; logged)",
     )
     distributed_backend: str = spec(
         "auto",

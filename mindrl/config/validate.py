@@ -108,6 +108,13 @@ def _algorithm_problems(run: RunConfig) -> list[str]:
             f"rl_config.clip_ratio_high: {alg.clip_ratio_high} is below clip_ratio "
             f"({alg.clip_ratio})"
         )
+    if alg.dynamic_sampling:
+        out.append(
+            "rl_config.dynamic_sampling: DAPO group resampling is in mindrl.algorithms but not "
+            "wired into the trainer yet; set it to false"
+        )
+    if run.rl.logging.use_wandb:
+        out.append("rl_config.use_wandb: wandb is not supported; use use_tensorboard")
     needs_ref = alg.use_kl_loss or alg.init_kl_coef > 0
     if needs_ref and run.ref is None:
         out.append("ref_config: required because rl_config.use_kl_loss is true or init_kl_coef > 0")

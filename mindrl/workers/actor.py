@@ -92,6 +92,11 @@ class ActorWorker(MegatronModelWorker):
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
         o, p = self.cfg.optim, self.cfg.precision
+        if self.cfg.parallel.use_distributed_optimizer:
+            logger.warning(
+                "use_distributed_optimizer is not used: mindrl builds megatron's DDP with a "
+                "replicated optimizer (the distributed optimizer does not run on CPU)"
+            )
         opt_cfg = OptimizerConfig(
             optimizer="adam",
             lr=o.lr,
