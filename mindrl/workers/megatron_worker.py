@@ -56,6 +56,7 @@ class MegatronModelWorker(Worker):
         self.info = init_parallel(
             self.cfg.tp,
             self.cfg.pp,
+            local_rank=self._visible_device_index(),
             accelerator=self.run.runtime.accelerator,
             seed=self.cfg.data.seed,
             timeout_s=self.run.runtime.worker_timeout_s,
@@ -65,6 +66,15 @@ class MegatronModelWorker(Worker):
         if resume_dir is None:
             self.load_weights()
         return {"rank": self.info.rank, "dp_rank": self.info.dp_rank, "dp_size": self.info.dp_size}
+
+    def _visible_device_index(self) -> int | None:
+        """Ray narrows CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES to this worker's
+        device, which is then index 0 (LOCAL_RANK keeps its torchrun meaning)."""
+        from mindrl.accelerator import get_accelerator
+
+        env = get_accelerator(self.run.runtime.accelerator).visible_devices_env
+        visible = os.environ.get(env, "") if env else ""
+        return 0 if visible and "," not in visible else None
 
     def wrap_model(self, model: Any) -> Any:
         """Hook for subclasses (the actor wraps in megatron's DDP)."""
