@@ -84,30 +84,7 @@ STOP_GRACE=${STOP_GRACE:-15}
 MASTER_ADDR=${MASTER_ADDR:-$(launch node-ip)}
 
 # -- devices of this node -----------------------------------------------------------------------
-if [[ -z ${DEVICE_TYPE:-} || -z ${NUM_DEVICES:-} ]]; then
-    read -r found_type found_count <<<"$(launch detect-devices --type "${DEVICE_TYPE:-auto}")"
-    DEVICE_TYPE=${DEVICE_TYPE:-$found_type}
-    NUM_DEVICES=${NUM_DEVICES:-$found_count}
-fi
-ray_devices=()
-case "$DEVICE_TYPE" in
-    npu)
-        ray_devices=(--resources "{\"NPU\": $NUM_DEVICES}")
-        export HCCL_CONNECT_TIMEOUT=${HCCL_CONNECT_TIMEOUT:-1800}
-        export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}
-        ;;
-    gpu)
-        ray_devices=(--num-gpus "$NUM_DEVICES")
-        export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}
-        ;;
-    cpu) ;;
-    *) echo "error: DEVICE_TYPE must be npu, gpu or cpu, not '$DEVICE_TYPE'" >&2; exit 2 ;;
-esac
-if [[ $DEVICE_TYPE == cpu ]]; then
-    NUM_CPUS=${NUM_CPUS:-$NUM_DEVICES}
-else
-    NUM_CPUS=${NUM_CPUS:-$(launch detect-devices --type cpu | cut -d' ' -f2)}
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/_node_devices.sh"
 
 # -- this node's own Ray folder: what is stopped later is found through it ------------------------
 RAY_TEMP_DIR=${TEMP_DIR_ARG:-${RAY_TEMP_DIR:-${RAY_TMPDIR:-/tmp}/mindrl_ray_head_${MASTER_PORT}}}
