@@ -48,9 +48,9 @@ class _Problems:
         self.items.append(msg)
 
 
-def suggest(name: str, valid: typing.Iterable[str]) -> str:
+def suggest(name: str, valid: typing.Iterable[str], cutoff: float = 0.6) -> str:
     """' (did you mean X?)' when a close valid name exists, else ''."""
-    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=cutoff)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 

@@ -8,12 +8,13 @@ error naming the key and the nearest valid one.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from mindrl.config.fields import suggest
 
 MAP_KEY_NAMES = ("prompt", "query", "response", "system")
 BAD_ROW_POLICIES = ("skip", "error")
@@ -26,8 +27,7 @@ class ConfigError(ValueError):
 
 
 def _nearest(key: str, valid: Sequence[str]) -> str:
-    hint = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
-    return f" (did you mean {hint[0]!r}?)" if hint else ""
+    return suggest(key, valid, cutoff=0.5)
 
 
 def _check_keys(data: Mapping[str, Any], cls: type, path: str = "") -> None:

@@ -50,9 +50,6 @@ def _worker_env(run: RunConfig, cpus: float) -> dict[str, str]:
     OMP_NUM_THREADS to the actor's fractional share)."""
     threads = run.runtime.worker_threads or max(int(cpus), 1)
     env = {"MINDRL_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    if run.generate.rollout_backend != "hf":
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(run.generate.cpu_kvcache_space_gb)
     for name in ("MINDRL_ASSETS_DIR", "MINDRL_ACCELERATOR"):
         if name in os.environ:
             env[name] = os.environ[name]
