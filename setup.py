@@ -53,5 +53,7 @@ setup(
         # release); apex for Ascend / NVIDIA is optional and never from PyPI (`apex` there is
         # an unrelated project).
         "npu": ["torch-npu", "vllm-ascend"],
+        # tools/bench/e2e.py runs TRL's GRPOTrainer beside mindrl (never imported by mindrl).
+        "bench": ["trl==1.16.0", "datasets>=3"],
     },
 )

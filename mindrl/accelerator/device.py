@@ -80,6 +80,25 @@ class Accelerator:
         return self.name == "cpu"
 
     # -- runtime ------------------------------------------------------------------------------
+    def worker_env(self) -> dict[str, str]:
+        """Environment a compute worker process starts with (read at process start).
+
+        On CPU the tensors are host memory: glibc serves every allocation above its mmap
+        threshold (at most 32 MB) with a fresh mmap and unmaps it on free, so each training
+        step re-faults gigabytes of zeroed pages (measured: 1.5-2 M minor faults, 9-15 s of
+        system time per SmolLM2 update). Keeping freed memory in the heap and backing torch's
+        large allocations with transparent huge pages removes that (27 s instead of 32-36 s).
+        Values already in the environment win.
+        """
+        if not self.is_cpu:
+            return {}
+        wanted = {
+            "MALLOC_MMAP_MAX_": "0",  # no per-tensor mmap/munmap
+            "MALLOC_TRIM_THRESHOLD_": str(64 << 30),  # keep freed heap memory for reuse
+            "THP_MEM_ALLOC_ENABLE": "1",  # torch: 2 MB-aligned, madvise(MADV_HUGEPAGE)
+        }
+        return {k: os.environ.get(k, v) for k, v in wanted.items()}
+
     def device(self, local_rank: int = 0) -> torch.device:
         import torch
 

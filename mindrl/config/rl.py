@@ -40,6 +40,12 @@ class AlgorithmConfig:
     n_samples_per_prompt: int = spec(8, ge=1)
     mini_batch_size: int = spec(0, ge=0, help="samples per optimizer step; 0 = the whole batch")
     epochs: int = spec(1, ge=1, help="passes over each RL batch")
+    recompute_old_log_prob: str = spec(
+        "auto",
+        choices=("auto", "always"),
+        help="auto: skip the old-policy forward pass when each RL batch gets one optimizer "
+        "step (the update's own detached log-probs are the same numbers)",
+    )
     shuffle_minibatch: bool = spec(False, aliases=("shuffle_mini_batch",))
     clip_ratio: float = spec(0.2, gt=0.0, le=1.0)
     clip_ratio_high: float | None = spec(

@@ -8,6 +8,14 @@ if TYPE_CHECKING:
     import torch
 
 
+def entropy_from_log_probs(logp: torch.Tensor) -> torch.Tensor:
+    """-sum p log p over the last dim; padded rows (log p = -inf) add 0, not NaN."""
+    import torch
+
+    plogp = logp.exp() * logp
+    return -torch.where(torch.isinf(logp), torch.zeros_like(plogp), plogp).sum(-1)
+
+
 def vocab_parallel_entropy(logits: torch.Tensor, vocab_size: int | None = None) -> torch.Tensor:
     """H = logsumexp(x) - sum(softmax(x) * x) over the full vocabulary, fp32, differentiable.
 
@@ -22,8 +30,7 @@ def vocab_parallel_entropy(logits: torch.Tensor, vocab_size: int | None = None) 
     x = _masked_float_logits(logits, vocab_size, 1.0)
     _, tp_size = _tp_rank_size()
     if tp_size == 1:
-        logp = torch.log_softmax(x, dim=-1)
-        return -(logp.exp() * logp).sum(-1)
+        return entropy_from_log_probs(torch.log_softmax(x, dim=-1))
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region

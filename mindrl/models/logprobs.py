@@ -15,11 +15,14 @@ padding); log-probs [B, S-1], entry t = log p(input_ids[:, t+1] | input_ids[:, :
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
+
+    from mindrl.models.token_select import TokenSelection
 
 
 def causal_attention_mask(
@@ -57,11 +60,14 @@ def _masked_float_logits(
 ) -> torch.Tensor:
     """fp32 copy of the local logits / temperature with padded vocab rows at -inf."""
     x = logits.float()
-    x = x / temperature if temperature != 1.0 else (x.clone() if x is logits else x)
+    if temperature != 1.0:
+        x = x / temperature
     if vocab_size is not None:
         tp_rank, _ = _tp_rank_size()
         first_pad = vocab_size - tp_rank * logits.shape[-1]
         if first_pad < logits.shape[-1]:
+            if x is logits:  # copy only when padding rows must be written
+                x = x.clone()
             x[..., max(first_pad, 0) :] = float("-inf")
     return x
 
@@ -89,6 +95,38 @@ def vocab_parallel_log_probs(
     return -vocab_parallel_cross_entropy(x, labels)
 
 
+def log_probs_and_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    vocab_size: int | None = None,
+    temperature: float = 1.0,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(labels) at `temperature` and the per-token entropy (at temperature 1), sharing
+    one log-softmax when the vocabulary is not split. The entropy carries gradients only with
+    `entropy_grad` (an entropy bonus); otherwise it is a metric computed without autograd."""
+    import torch
+
+    from mindrl.models.entropy import entropy_from_log_probs, vocab_parallel_entropy
+
+    _, tp_size = _tp_rank_size()
+    if tp_size == 1 and temperature == 1.0:
+        logp = torch.log_softmax(_masked_float_logits(logits, vocab_size, 1.0), dim=-1)
+        picked = logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            src = logp if entropy_grad else logp.detach()
+            entropy = entropy_from_log_probs(src)
+        return picked, entropy
+    picked = vocab_parallel_log_probs(
+        logits, labels, vocab_size=vocab_size, temperature=temperature
+    )
+    if entropy_grad:
+        return picked, vocab_parallel_entropy(logits, vocab_size)
+    with torch.no_grad():
+        return picked, vocab_parallel_entropy(logits.detach(), vocab_size)
+
+
 def gather_vocab_parallel_logits(
     logits: torch.Tensor, vocab_size: int | None = None
 ) -> torch.Tensor:
@@ -101,6 +139,25 @@ def gather_vocab_parallel_logits(
     return logits if vocab_size is None else logits[..., :vocab_size]
 
 
+def micro_selection(response_mask: torch.Tensor) -> TokenSelection:
+    """The cells of one micro-batch whose log-probs are needed. Without pipeline parallelism
+    the grid (and so the model input) is cut after the last needed column; the pipeline's
+    point-to-point buffers need one sequence length for every micro-batch, so with PP the
+    full length is kept."""
+    from megatron.core import parallel_state as ps
+
+    from mindrl.models.token_select import TokenSelection
+
+    if ps.model_parallel_is_initialized() and ps.get_pipeline_model_parallel_world_size() > 1:
+        return TokenSelection.from_mask(response_mask)
+    return TokenSelection.from_mask(response_mask[:, : _last_column(response_mask) + 1])
+
+
+def _last_column(mask: torch.Tensor) -> int:
+    cols = mask.bool().any(dim=0).nonzero()
+    return int(cols[-1]) if cols.numel() else 0
+
+
 def forward_only(
     model_chunks: Sequence[Any] | Any,
     input_ids: torch.Tensor,
@@ -110,10 +167,14 @@ def forward_only(
     micro_batch_size: int | None = None,
     output: str = "log_probs",
     temperature: float = 1.0,
+    response_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Run the model over `input_ids` without gradients through megatron's pipeline schedule.
 
-    output="log_probs": [B, S-1] fp32 per-token log-probs of the next token.
+    output="log_probs": [B, S-1] fp32 per-token log-probs of the next token, computed only
+    where `response_mask` ([B, S-1]; default: every real token) is set and 0 elsewhere: the
+    output layer runs on those tokens alone, and without pipeline parallelism a
+    micro-batch's trailing padding is not fed to the model.
     output="logits": [B, S, vocab_size] full-vocabulary logits (gathered over TP).
     Every rank of the pipeline returns the same tensor (broadcast from the last stage).
     """
@@ -121,6 +182,8 @@ def forward_only(
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
     from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    from mindrl.models.token_select import select_tokens, selected_logits
 
     if output not in ("log_probs", "logits"):
         raise ValueError(f"output must be 'log_probs' or 'logits', not {output!r}")
@@ -134,29 +197,40 @@ def forward_only(
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     attention_mask = attention_mask.to(device)
+    if output == "log_probs" and response_mask is None:
+        response_mask = attention_mask[:, 1:]
     micro_batches = []
     for i in range(0, batch, mbs):
-        m = attention_mask[i : i + mbs]
+        length, selection = seq, None
+        if output == "log_probs":
+            selection = micro_selection(response_mask[i : i + mbs].to(device))
+            length = selection.seq
+        m = attention_mask[i : i + mbs, :length]
         micro_batches.append(
             {
-                "tokens": input_ids[i : i + mbs],
+                "tokens": input_ids[i : i + mbs, :length],
                 "position_ids": position_ids_from_mask(m),
-                "mask": causal_attention_mask(seq, m),
+                "mask": causal_attention_mask(length, m),
+                "selection": selection,
             }
         )
 
     def step(data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
         mb = next(data_iterator)
-        out = model(mb["tokens"], mb["position_ids"], mb["mask"])
+        selection: TokenSelection | None = mb["selection"]
+        with select_tokens(model, selection) if selection else contextlib.nullcontext():
+            out = model(mb["tokens"], mb["position_ids"], mb["mask"])
 
         def finish(output_tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            if output == "log_probs":
-                res = vocab_parallel_log_probs(
-                    output_tensor[:, :-1],
-                    mb["tokens"][:, 1:],
+            if selection is not None:
+                picked = vocab_parallel_log_probs(
+                    selected_logits(output_tensor, selection),
+                    selection.labels(mb["tokens"]),
                     vocab_size=vocab_size,
                     temperature=temperature,
                 )
+                grid = selection.scatter(picked)
+                res = torch.nn.functional.pad(grid, (0, seq - 1 - grid.shape[1]))
             else:
                 res = gather_vocab_parallel_logits(output_tensor, vocab_size).float()
             return output_tensor.new_zeros((), dtype=torch.float32), {"out": res}

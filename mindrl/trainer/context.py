@@ -188,6 +188,18 @@ class TrainContext:
             "resharding/bytes": float(moved),
         }
 
+    @property
+    def recomputes_old_log_probs(self) -> bool:
+        """Whether the old policy's log-probs need their own forward pass: only when a batch
+        gets several optimizer steps (later ones see a moved policy) or the KL-in-reward
+        penalty reads them before the update."""
+        from mindrl.workers.actor import optimizer_steps_per_rl_step
+
+        alg = self.run.rl.algorithm
+        if alg.recompute_old_log_prob == "always" or optimizer_steps_per_rl_step(self.run) > 1:
+            return True
+        return alg.init_kl_coef > 0 and not alg.use_kl_loss
+
     def new_timer(self) -> Any:
         from mindrl.trainer.metrics import Timer
 
@@ -287,7 +299,7 @@ class TrainContext:
         self,
         batch: SampleBatch,
         scores: torch.Tensor,
-        old_lp: torch.Tensor,
+        old_lp: torch.Tensor | None,
         ref_lp: torch.Tensor | None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         from mindrl.algorithms import compute_advantages, kl_penalized_rewards, overlong_filter
@@ -300,6 +312,7 @@ class TrainContext:
         metrics: dict[str, float] = {}
         rewards = scores
         if alg.init_kl_coef > 0 and not alg.use_kl_loss and ref_lp is not None:
+            assert old_lp is not None, "KL-in-reward needs recomputed old log-probs"
             penalized = kl_penalized_rewards(
                 scores, old_lp, ref_lp, mask, self.kl_ctrl.value, alg.kl_penalty
             )
@@ -329,13 +342,14 @@ class TrainContext:
         out["response_length/clip_ratio"] = (
             sum(f == "length" for f in batch.meta["finish_reason"]) / batch.size
         )
-        out.update(
-            rollout_mismatch_metrics(
-                batch.tensors["old_log_probs"],
-                batch.tensors["rollout_log_probs"],
-                batch.response_mask,
+        if "old_log_probs" in batch.tensors:  # else the update measured it on-policy
+            out.update(
+                rollout_mismatch_metrics(
+                    batch.tensors["old_log_probs"],
+                    batch.tensors["rollout_log_probs"],
+                    batch.response_mask,
+                )
             )
-        )
         out["e2e_tps"] = tokens / max(times["timing/step"], 1e-9)
         out["update_tps"] = (
             tokens * self.run.rl.algorithm.epochs / max(times["timing/update"], 1e-9)

@@ -1,7 +1,7 @@
 """The GRPO loop. One step, as DESIGN.md draws it:
 
     prompts -> actor.generate (n per prompt) -> rule rewards -> reference and old log-probs
-    -> group advantages -> actor.update (mini-batches x micro-batches) -> actor.sync_weights
+    (old ones only when the batch gets more than one optimizer step) -> group advantages -> actor.update (mini-batches x micro-batches) -> actor.sync_weights
 
 The driver holds no model: it owns the batch and calls worker groups, which own the models.
 Placement (hybrid engine or not, colocation) lives in the workers and the plan, not here.
@@ -30,11 +30,14 @@ def grpo_step(ctx: TrainContext, step: int) -> dict[str, float]:
             scores, reward_metrics = ctx.score(batch)
         with timer("ref"):
             ref_lp = ctx.log_probs(roles.ref, batch) if roles.ref is not None else None
-        with timer("old_log_prob"):
-            old_lp = ctx.log_probs(roles.actor, batch)
+        old_lp = None
+        if ctx.recomputes_old_log_probs:  # else on-policy: the update's own log-probs
+            with timer("old_log_prob"):
+                old_lp = ctx.log_probs(roles.actor, batch)
+            batch = batch.with_tensors(old_log_probs=old_lp)
         with timer("adv"):
             advantages, kl_metrics = ctx.advantages(batch, scores, old_lp, ref_lp)
-        batch = batch.with_tensors(old_log_probs=old_lp, advantages=advantages)
+        batch = batch.with_tensors(advantages=advantages)
         if ref_lp is not None:
             batch = batch.with_tensors(ref_log_probs=ref_lp)
         with timer("update"):

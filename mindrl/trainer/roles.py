@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from mindrl.accelerator import get_accelerator
 from mindrl.cluster.placement import PlacementPlan
 from mindrl.config.run import RunConfig
 
@@ -47,9 +48,11 @@ ROLE_ORDER = ("actor", "ref", "reward", "rollout")
 
 def _worker_env(run: RunConfig, cpus: float) -> dict[str, str]:
     """Threads per worker: `runtime.worker_threads`, else its bundle's CPUs (Ray would set
-    OMP_NUM_THREADS to the actor's fractional share)."""
+    OMP_NUM_THREADS to the actor's fractional share); plus the accelerator's allocator
+    settings (`Accelerator.worker_env`)."""
     threads = run.runtime.worker_threads or max(int(cpus), 1)
     env = {"MINDRL_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    env.update(get_accelerator(run.runtime.accelerator).worker_env())
     for name in ("MINDRL_ASSETS_DIR", "MINDRL_ACCELERATOR"):
         if name in os.environ:
             env[name] = os.environ[name]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,7 @@ class ActorWorker(MegatronModelWorker):
         self.engine: Any = None
         self.skipped_updates = 0
         self._mode = "train"
+        self._phase_seconds: dict[str, float] = {}
 
     # -- set-up -----------------------------------------------------------------------------
     def wrap_model(self, model: Any) -> Any:
@@ -189,7 +191,6 @@ class ActorWorker(MegatronModelWorker):
 
     def sync_weights(self) -> dict[str, float]:
         """Stream the trained weights, in HF naming, into every rank's rollout engine."""
-        import time
 
         from mindrl.checkpoint.online import iter_hf_tensors
         from mindrl.rollout import iter_buckets
@@ -239,6 +240,7 @@ class ActorWorker(MegatronModelWorker):
         mini = mini_global // dp
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
+        self._phase_seconds = {"timing/update_fwd_bwd": 0.0, "timing/update_optimizer": 0.0}
         for epoch in range(alg.epochs):
             if alg.shuffle_minibatch:
                 gen = torch.Generator().manual_seed(
@@ -254,6 +256,7 @@ class ActorWorker(MegatronModelWorker):
                     counts[k] = counts.get(k, 0) + 1
         out = {k: sums[k] / counts[k] for k in sums}
         out["actor/skipped_updates"] = float(self.skipped_updates)
+        out.update(self._phase_seconds)  # summed over mini-batches
         return out
 
     def _train_mini_batch(self, mini: SampleBatch) -> dict[str, float]:
@@ -262,13 +265,14 @@ class ActorWorker(MegatronModelWorker):
         from megatron.core import parallel_state as ps
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
-        from mindrl.algorithms import GRPOLossConfig, grpo_loss
-        from mindrl.models.entropy import vocab_parallel_entropy
+        from mindrl.algorithms import GRPOLossConfig, grpo_loss, rollout_mismatch_metrics
         from mindrl.models.logprobs import (
             causal_attention_mask,
+            log_probs_and_entropy,
+            micro_selection,
             position_ids_from_mask,
-            vocab_parallel_log_probs,
         )
+        from mindrl.models.token_select import select_tokens, selected_logits
 
         alg = self.run.rl.algorithm
         loss_cfg = GRPOLossConfig(
@@ -299,54 +303,71 @@ class ActorWorker(MegatronModelWorker):
         # megatron divides each micro-batch loss by n_micro and DDP averages over DP
         scale = n_micro * dp
         vocab = self.cfg.model.vocab_size
-        has_ref = "ref_log_probs" in mini.tensors
-        has_rollout = "rollout_log_probs" in mini.tensors
+        # without recomputed old log-probs the batch is on-policy: one optimizer step per RL
+        # step, so the policy being updated is the one that sampled (ratio 1, same gradient)
+        on_policy = "old_log_probs" not in mini.tensors
 
         micro = []
         for i in range(n_micro):
             part = mini.select(list(range(i * mbs, (i + 1) * mbs)))
-            am = part.attention_mask
+            selection = micro_selection(part.response_mask)
+            length = selection.seq  # trailing padding cut (without PP)
+            am = part.attention_mask[:, :length]
+
+            def grid(name: str, part: Any = part, length: int = length) -> Any:
+                t = part.tensors.get(name)
+                return None if t is None else t[:, : length - 1]
+
             micro.append(
                 {
-                    "tokens": part.input_ids,
+                    "tokens": part.input_ids[:, :length],
                     "position_ids": position_ids_from_mask(am),
-                    "mask": causal_attention_mask(part.input_ids.shape[1], am),
-                    "response_mask": part.response_mask,
-                    "old": part.tensors["old_log_probs"],
-                    "adv": part.tensors["advantages"],
-                    "ref": part.tensors.get("ref_log_probs"),
-                    "rollout": part.tensors.get("rollout_log_probs"),
+                    "mask": causal_attention_mask(length, am),
+                    "selection": selection,
+                    "response_mask": part.response_mask[:, : length - 1],
+                    "old": grid("old_log_probs"),
+                    "adv": grid("advantages"),
+                    "ref": grid("ref_log_probs"),
+                    "rollout": grid("rollout_log_probs"),
                 }
             )
 
         def step_fn(data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
             mb = next(data_iterator)
-            output = model(mb["tokens"], mb["position_ids"], mb["mask"])
+            selection = mb["selection"]
+            with select_tokens(model, selection):
+                output = model(mb["tokens"], mb["position_ids"], mb["mask"])
 
             def loss_fn(out: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-                logits = out[:, :-1]
-                log_prob = vocab_parallel_log_probs(logits, mb["tokens"][:, 1:], vocab_size=vocab)
-                if alg.entropy_coeff > 0:
-                    entropy = vocab_parallel_entropy(logits, vocab)
-                else:
-                    with torch.no_grad():
-                        entropy = vocab_parallel_entropy(logits.detach(), vocab)
+                picked, picked_entropy = log_probs_and_entropy(
+                    selected_logits(out, selection),
+                    selection.labels(mb["tokens"]),
+                    vocab_size=vocab,
+                    entropy_grad=alg.entropy_coeff > 0,
+                )
+                log_prob = selection.scatter(picked)
+                old = log_prob.detach() if on_policy else mb["old"]
                 loss, metrics = grpo_loss(
                     loss_cfg,
                     log_prob,
-                    mb["old"],
+                    old,
                     mb["adv"],
                     mb["response_mask"],
-                    ref_log_prob=mb["ref"] if has_ref else None,
-                    entropy=entropy,
-                    rollout_log_prob=mb["rollout"] if has_rollout else None,
+                    ref_log_prob=mb["ref"],
+                    entropy=selection.scatter(picked_entropy),
+                    rollout_log_prob=mb["rollout"],
                     normalizer=normalizer,
                 )
+                if on_policy and mb["rollout"] is not None:
+                    metrics.update(
+                        rollout_mismatch_metrics(old, mb["rollout"], mb["response_mask"])
+                    )
                 reported = {k: torch.tensor(float(v)) for k, v in metrics.items()}
                 return loss * scale, reported
 
             return output, loss_fn
 
+        started = time.perf_counter()
         for chunk in self.model_chunks:
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
@@ -360,6 +381,8 @@ class ActorWorker(MegatronModelWorker):
             micro_batch_size=mbs,
             forward_only=False,
         )
+        self._phase_seconds["timing/update_fwd_bwd"] += time.perf_counter() - started
+        started = time.perf_counter()
         # megatron's optimizer.step(), split so a non-finite update is never applied
         found_inf = self.optimizer.prepare_grads()
         grad_norm = float(self.optimizer.get_grad_norm())
@@ -375,6 +398,7 @@ class ActorWorker(MegatronModelWorker):
             self.optimizer.clip_grad_norm(self.cfg.optim.clip_grad)
         self.optimizer.step_with_ready_grads()
         self.scheduler.step(increment=1)
+        self._phase_seconds["timing/update_optimizer"] += time.perf_counter() - started
         out["grad_norm"] = grad_norm
         out["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
         return out
@@ -383,7 +407,8 @@ class ActorWorker(MegatronModelWorker):
         """Global values of the loss metrics, identical on every rank of the role.
 
         Loss terms were normalised by the global token / sequence count, so their parts add up
-        (sum over micro-batches and DP ranks); rates such as clip fractions are averaged. The
+        (sum over micro-batches and DP ranks); rates such as clip fractions are averaged;
+        `*_max` metrics take the maximum. The
         last pipeline stage computed them; it broadcasts to the other stages.
         """
         import torch
@@ -397,18 +422,26 @@ class ActorWorker(MegatronModelWorker):
             dist.broadcast_object_list(names, src=src, group=ps.get_pipeline_model_parallel_group())
             keys = names[0]
         values = torch.zeros(len(keys), dtype=torch.float64)
+        maxima = torch.zeros(len(keys), dtype=torch.float64)
         for i, k in enumerate(keys):
             if losses:
                 total = sum(float(m[k]) for m in losses)
                 values[i] = total if k in SUMMED_LOSS_METRICS else total / n_micro
+                maxima[i] = max(float(m[k]) for m in losses)
+        both = torch.stack([values, maxima])
         if ps.get_pipeline_model_parallel_world_size() > 1:
-            dist.broadcast(values, src=src, group=ps.get_pipeline_model_parallel_group())
+            dist.broadcast(both, src=src, group=ps.get_pipeline_model_parallel_group())
+        values, maxima = both[0].clone(), both[1].clone()
         dist.all_reduce(values, group=ps.get_data_parallel_group())
+        dist.all_reduce(maxima, op=dist.ReduceOp.MAX, group=ps.get_data_parallel_group())
         dp = ps.get_data_parallel_world_size()
-        return {
-            k: float(values[i]) if k in SUMMED_LOSS_METRICS else float(values[i]) / dp
-            for i, k in enumerate(keys)
-        }
+        out = {}
+        for i, k in enumerate(keys):
+            if k.endswith("_max"):
+                out[k] = float(maxima[i])
+            else:
+                out[k] = float(values[i]) if k in SUMMED_LOSS_METRICS else float(values[i]) / dp
+        return out
 
     # -- checkpoints ------------------------------------------------------------------------
     def save_checkpoint(self, iter_dir: str) -> None:

@@ -105,7 +105,8 @@ class MegatronModelWorker(Worker):
 
     # -- compute ----------------------------------------------------------------------------
     def compute_log_prob(self, batch: SampleBatch) -> torch.Tensor:
-        """Per-token log-probs [B, S-1] of `batch` under this model (no grad), fp32."""
+        """Per-token log-probs [B, S-1] of `batch` under this model (no grad), fp32; 0 off the
+        response columns (only those are computed)."""
         from mindrl.models.logprobs import forward_only
 
         for chunk in self.model_chunks:
@@ -116,6 +117,7 @@ class MegatronModelWorker(Worker):
             vocab_size=self.cfg.model.vocab_size,
             attention_mask=batch.attention_mask,
             micro_batch_size=self._micro_batch(batch.size),
+            response_mask=batch.response_mask,
         ).cpu()
 
     def _micro_batch(self, batch_size: int) -> int:

@@ -26,3 +26,45 @@ def test_non_finite_update_is_skipped_and_counted(tiny_model_dir):
     assert out["unchanged_after_bad"]
     assert out["skipped_after_good"] == 2  # the count persists; the finite batch is applied
     assert out["changed_after_good"] and out["good_grad_norm"] > 0
+
+
+ON_POLICY = Path(__file__).with_name("_actor_on_policy.py")
+
+
+@pytest.mark.multiproc
+def test_on_policy_update_equals_recomputed_old_log_probs(tiny_model_dir, tmp_path):
+    """One optimizer step per RL step: skipping the old-policy pass (the update uses its own
+    detached log-probs) gives the same update as recomputing them; and log-probs computed on
+    the response tokens only equal those from a pass over every token."""
+    import torch
+
+    results = {}
+    for mode in ("recompute", "on_policy"):
+        out = tmp_path / f"{mode}.pt"
+        proc = subprocess.run(
+            [sys.executable, str(ON_POLICY), mode, str(out)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results[mode] = torch.load(out)
+    rec, onp = results["recompute"], results["on_policy"]
+    mask = rec["response_mask"].bool()
+    assert mask.sum() > 0
+    # response-only log-probs: same values on the response, 0 elsewhere
+    assert torch.allclose(rec["response_only"][mask], rec["every_token"][mask], atol=1e-5)
+    assert torch.count_nonzero(rec["response_only"][~mask]) == 0
+    prompt_cells = rec["attention_mask"][:, 1:].bool() & ~mask
+    assert torch.count_nonzero(rec["every_token"][prompt_cells]) > 0  # the full pass had them
+    # the update: same loss, grad norm and weights either way
+    for key in ("actor/pg_loss", "actor/kl_loss", "grad_norm", "actor/entropy"):
+        assert abs(rec["metrics"][key] - onp["metrics"][key]) < 1e-5, key
+    assert rec["metrics"]["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-5)
+    assert onp["metrics"]["actor/ppo_kl"] == 0.0  # exactly on-policy
+    assert "rollout/logprob_abs_diff_max" in onp["metrics"]  # measured inside the update
+    assert onp["metrics"]["rollout/logprob_abs_diff_max"] < 1e-4
+    moved = max(float((a - b).abs().max()) for a, b in zip(rec["weights"], rec["initial"]))
+    assert moved > 1e-4  # the step really changed the weights
+    for a, b in zip(rec["weights"], onp["weights"]):
+        assert torch.allclose(a, b, atol=1e-6)

@@ -1,0 +1,65 @@
+"""Run by test_actor_worker.py in a fresh process: an ActorWorker (world of one, real
+megatron-core, HF rollout engine) scores one sampled batch and takes one update, either with
+recomputed old log-probs or on-policy (without them). argv: MODE OUT_FILE. Saves the
+log-probs (all tokens / response only), the update metrics and the updated weights."""
+
+import sys
+
+import torch
+
+
+def main(mode: str, out_file: str) -> None:
+    from mindrl.algorithms import compute_advantages
+    from mindrl.config import load_run_config
+    from mindrl.data.dataset import PromptDataset
+    from mindrl.models.logprobs import forward_only
+    from mindrl.rollout import RolloutSampling
+    from mindrl.trainer.batch import build_sample_batch
+    from mindrl.workers.actor import ActorWorker
+
+    # 8 prompts x 8 samples in one mini-batch: one optimizer step per RL step
+    overrides = ["generate_config.rollout_backend=hf", "rl_config.mini_batch_size=64"]
+    run, _ = load_run_config("grpo_tiny_cpu", overrides)
+    worker = ActorWorker(run)
+    worker.init_model()
+    worker.sync_weights()
+    ds = PromptDataset(run.actor.data.data_path)
+    prompts = [list(ds[i].prompt_ids) for i in range(8)]
+    rows = worker.generate(prompts, RolloutSampling(n=8, max_tokens=8, seed=3))
+    batch = build_sample_batch(
+        [prompts[r["prompt_index"]] for r in rows],
+        [r["token_ids"] for r in rows],
+        0,
+        rollout_log_probs=[r["log_probs"] for r in rows],
+    )
+    every_token = forward_only(
+        worker.model_chunks,
+        batch.input_ids,
+        vocab_size=run.actor.model.vocab_size,
+        attention_mask=batch.attention_mask,
+        micro_batch_size=8,
+    )
+    old = worker.compute_log_prob(batch)  # response tokens only
+    adv = compute_advantages("group_norm", torch.rand(batch.size), 8, batch.response_mask)
+    batch = batch.with_tensors(advantages=adv, ref_log_probs=old - 0.05)
+    if mode == "recompute":
+        batch = batch.with_tensors(old_log_probs=old)
+    initial = [p.detach().clone() for p in worker.model_chunks[0].parameters()]
+    metrics = worker.update(batch, 0)
+    torch.save(
+        {
+            "every_token": every_token,
+            "response_only": old,
+            "response_mask": batch.response_mask,
+            "attention_mask": batch.attention_mask,
+            "metrics": metrics,
+            "initial": initial,
+            "weights": [p.detach().clone() for p in worker.model_chunks[0].parameters()],
+        },
+        out_file,
+    )
+    worker.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

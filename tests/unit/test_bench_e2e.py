@@ -1,0 +1,52 @@
+"""tools/bench/e2e.py's bookkeeping: steady-state summary and process-tree peak memory."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+E2E = Path(__file__).resolve().parents[2] / "tools" / "bench" / "e2e.py"
+
+
+@pytest.fixture(scope="module")
+def e2e():
+    spec = importlib.util.spec_from_file_location("bench_e2e", E2E)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_summary_skips_the_warm_up_step(e2e):
+    run = {
+        "peak_rss_gib": 1.0,
+        "steps": [
+            {"step_time": 100.0, "tokens": 1000, "reward": 0.1, "phases": {"update": 90.0}},
+            {"step_time": 10.0, "tokens": 1000, "reward": 0.2, "phases": {"update": 6.0}},
+            {"step_time": 30.0, "tokens": 3000, "reward": 0.3, "phases": {"update": 10.0}},
+        ],
+    }
+    s = e2e.summarize(run)
+    assert s["s_per_step"] == pytest.approx(20.0)
+    assert s["tok_per_s"] == pytest.approx(100.0)  # 4000 tokens / 40 s
+    assert s["phase_s"] == {"update": 8.0}
+    assert s["rewards"] == [0.1, 0.2, 0.3] and s["reward_mean"] == pytest.approx(0.2)
+
+
+def test_tree_memory_counts_children_and_failures_name_the_log(e2e, tmp_path):
+    # a child holding ~300 MB: the tree's peak must include it
+    code = (
+        "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+        "\"import time; b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096]); "
+        'time.sleep(2)"], check=True)'
+    )
+    peak = e2e.run_tree([sys.executable, "-c", code], tmp_path / "ok.log", timeout_s=60)
+    assert peak > 0.25
+    with pytest.raises(SystemExit, match="exit code 3"):
+        e2e.run_tree(
+            [sys.executable, "-c", "print('boom'); raise SystemExit(3)"],
+            tmp_path / "bad.log",
+            timeout_s=60,
+        )

@@ -1,0 +1,290 @@
+"""Benchmark: end-to-end GRPO tokens/s of mindrl against TRL's GRPOTrainer, same workload.
+
+    python tools/bench/e2e.py [--steps 5] [--config-name grpo_smollm2_cpu] [--bf16]
+                              [--skip-trl] [--out bench/results/e2e.json]
+
+Runs, one after the other in this invocation, each in its own process tree:
+  mindrl_fp32  `cli/train_grpo.py --config-name CONFIG` for --steps steps (as shipped: fp32)
+  trl_fp32     tools/bench/trl_grpo.py: TRL's GRPOTrainer on the same model, prompt store,
+               verifier, group size, prompts per step, max new tokens, sampling, lr, Adam,
+               clip ratio, KL coefficient and micro-batch size, read from the same config
+  with --bf16 also mindrl_bf16 (bf16 weights, bf16 megatron optimizer, bf16 vLLM) and
+  trl_bf16. mindrl's fastest settings on this CPU are the shipped fp32 ones (bf16 matmul is
+  slower than fp32 on a CPU without AMX), so mindrl_fp32 is also the "fastest" run.
+
+Per run: wall seconds per step, tokens per step (prompt + response tokens of the step's
+samples), the step's mean reward, the time split by phase, and the peak resident memory of
+the run's whole process tree (Ray workers included), sampled every 0.5 s. Step 1 is warm-up
+(engine and allocator caches) for both stacks: s/step and tok/s are over steps 2..N.
+
+ratio = mindrl_fp32 tok/s / trl_fp32 tok/s (target >= 1.5). Writes bench/results/e2e.json
+and e2e.png (reward curves, s/step, phase split); the last line is the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+TARGET = 1.5
+MINDRL_PHASES = ("rollout", "reward", "ref", "old_log_prob", "adv", "update", "sync")
+BF16_OVERRIDES = (
+    "megatron_training.bf16=true",
+    "generate_config.dtype=bfloat16",
+)
+
+
+class TreeMemory:
+    """Peak summed RSS of a process and all its descendants, polled in a thread."""
+
+    def __init__(self, pid: int, interval_s: float = 0.5):
+        self.pid, self.interval_s, self.peak = pid, interval_s, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.NoSuchProcess:
+            return
+        while not self._stop.is_set():
+            total = 0
+            try:
+                for proc in [root, *root.children(recursive=True)]:
+                    try:
+                        total += proc.memory_info().rss
+                    except psutil.Error:
+                        pass
+            except psutil.Error:
+                return
+            self.peak = max(self.peak, total)
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return self.peak / 2**30
+
+
+def run_tree(cmd: list[str], log: Path, timeout_s: float) -> float:
+    """Run `cmd` (its own session, output to `log`); return the tree's peak RSS in GiB."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        memory = TreeMemory(proc.pid)
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            raise SystemExit(f"{cmd[1]} ran past {timeout_s:.0f} s; log: {log}") from None
+        finally:
+            peak = memory.stop()
+    if code != 0:
+        tail = log.read_text()[-3000:]
+        raise SystemExit(f"{' '.join(cmd[:3])} failed with exit code {code}:\n{tail}")
+    return peak
+
+
+def run_mindrl(name: str, config: str, steps: int, extra: tuple[str, ...], work: Path) -> dict:
+    out_dir = work / name
+    cmd = [
+        sys.executable,
+        "cli/train_grpo.py",
+        "--config-name",
+        config,
+        f"megatron_training.train_iters={steps}",
+        f"runtime.output_dir={out_dir}",
+        f"actor_config.save={out_dir / 'ckpt'}",
+        "megatron_training.save_interval=0",
+        *extra,
+    ]
+    start = time.perf_counter()
+    peak = run_tree(cmd, work / f"{name}.log", timeout_s=600 + steps * 300)
+    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    step_rows = []
+    for m in rows:
+        wall = m["timing/step"]
+        phases = {p: m.get(f"timing/{p}", 0.0) for p in MINDRL_PHASES}
+        phases["other"] = wall - sum(phases.values())
+        step_rows.append(
+            {
+                "step_time": wall,
+                "tokens": m["e2e_tps"] * wall,
+                "reward": m["grpo/score"],
+                "phases": phases,
+            }
+        )
+    return {
+        "stack": "mindrl",
+        "precision": "bf16" if extra else "fp32",
+        "process_wall_s": time.perf_counter() - start,
+        "steps": step_rows,
+        "peak_rss_gib": peak,
+        "overrides": list(extra),
+    }
+
+
+def run_trl(name: str, config: str, steps: int, bf16: bool, work: Path) -> dict:
+    out = work / f"{name}.json"
+    cmd = [
+        sys.executable,
+        "tools/bench/trl_grpo.py",
+        "--steps",
+        str(steps),
+        "--out",
+        str(out),
+        "--config-name",
+        config,
+    ]
+    if bf16:
+        cmd.append("--bf16")
+    start = time.perf_counter()
+    peak = run_tree(cmd, work / f"{name}.log", timeout_s=600 + steps * 400)
+    result = json.loads(out.read_text())
+    result["process_wall_s"] = time.perf_counter() - start
+    result["peak_rss_gib"] = peak  # the tree (TRL's verifier pool included)
+    return result
+
+
+def summarize(run: dict) -> dict:
+    """s/step and tok/s over steps 2..N (step 1 is warm-up), mean phase seconds, rewards."""
+    steady = run["steps"][1:] or run["steps"]
+    seconds = sum(s["step_time"] for s in steady)
+    tokens = sum(s["tokens"] for s in steady)
+    phases: dict[str, float] = {}
+    for s in steady:
+        for k, v in s["phases"].items():
+            phases[k] = phases.get(k, 0.0) + v / len(steady)
+    rewards = [s.get("reward", float("nan")) for s in run["steps"]]
+    return {
+        "s_per_step": seconds / len(steady),
+        "tok_per_s": tokens / seconds,
+        "tokens_per_step": tokens / len(steady),
+        "phase_s": {k: round(v, 2) for k, v in phases.items()},
+        "rewards": rewards,
+        "reward_mean": sum(rewards) / len(rewards),
+        "peak_rss_gib": run["peak_rss_gib"],
+    }
+
+
+def plot(results: dict[str, dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for name, res in results.items():
+        steps = range(1, len(res["steps"]) + 1)
+        axes[0].plot(steps, [s.get("reward") for s in res["steps"]], marker="o", label=name)
+        axes[1].plot(steps, [s["step_time"] for s in res["steps"]], marker="o", label=name)
+    axes[0].set(title="mean reward per step", xlabel="step")
+    axes[1].set(title="wall seconds per step", xlabel="step")
+    names = list(results)
+    phase_names = sorted({p for r in results.values() for p in r["summary"]["phase_s"]})
+    bottom = [0.0] * len(names)
+    for phase in phase_names:
+        values = [results[n]["summary"]["phase_s"].get(phase, 0.0) for n in names]
+        axes[2].bar(names, values, bottom=bottom, label=phase)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    axes[2].set(title="seconds per step by phase (steps 2..N)")
+    for ax in axes:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--config-name", default="grpo_smollm2_cpu")
+    parser.add_argument("--bf16", action="store_true", help="also run both stacks in bf16")
+    parser.add_argument("--skip-trl", action="store_true", help="mindrl only (no ratio)")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "e2e.json")
+    args = parser.parse_args(argv)
+    if args.steps < 2:
+        parser.error("--steps must be at least 2 (step 1 is warm-up)")
+
+    plan: list[tuple[str, Any]] = [
+        ("mindrl_fp32", lambda w: run_mindrl("mindrl_fp32", args.config_name, args.steps, (), w))
+    ]
+    if not args.skip_trl:
+        plan.append(
+            ("trl_fp32", lambda w: run_trl("trl_fp32", args.config_name, args.steps, False, w))
+        )
+    if args.bf16:
+        plan.append(
+            (
+                "mindrl_bf16",
+                lambda w: run_mindrl(
+                    "mindrl_bf16", args.config_name, args.steps, BF16_OVERRIDES, w
+                ),
+            )
+        )
+        if not args.skip_trl:
+            plan.append(
+                ("trl_bf16", lambda w: run_trl("trl_bf16", args.config_name, args.steps, True, w))
+            )
+
+    results: dict[str, dict] = {}
+    load_start = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="mindrl-e2e-") as tmp:
+        work = Path(tmp)
+        for name, run in plan:
+            print(f"e2e: running {name} ({args.steps} steps) ...", flush=True)
+            res = run(work)
+            res["summary"] = summarize(res)
+            s = res["summary"]
+            print(
+                f"  {name}: {s['s_per_step']:.1f} s/step, {s['tok_per_s']:.1f} tok/s, "
+                f"peak {s['peak_rss_gib']:.2f} GiB, rewards {[round(r, 3) for r in s['rewards']]}",
+                flush=True,
+            )
+            results[name] = res
+
+    ratio = None
+    if "trl_fp32" in results:
+        ratio = results["mindrl_fp32"]["summary"]["tok_per_s"] / max(
+            results["trl_fp32"]["summary"]["tok_per_s"], 1e-9
+        )
+    report = {
+        "config_name": args.config_name,
+        "steps": args.steps,
+        "cpu_count": os.cpu_count(),
+        "load_avg_start": load_start,
+        "load_avg_end": os.getloadavg(),
+        "fastest_mindrl": "mindrl_fp32",
+        "ratio": ratio,
+        "target": TARGET,
+        "runs": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    plot(results, args.out.with_suffix(".png"))
+    print(f"results: {args.out} and {args.out.with_suffix('.png')}")
+    if ratio is None:
+        print("e2e: ratio=n/a (TRL skipped)")
+    else:
+        verdict = "ok" if ratio >= TARGET else "below"
+        print(f"e2e: ratio={ratio:.2f} target>={TARGET:.2f} {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The baseline side of tools/bench/e2e.py: TRL's GRPOTrainer on a mindrl config's workload.
+
+    python tools/bench/trl_grpo.py --steps 5 --out trl.json [--config-name grpo_smollm2_cpu]
+                                   [--bf16] [override ...]
+
+Everything that defines the workload is read from the mindrl config, so both stacks run the
+same model folder, prompt store (its templated prompt text, which tokenizes to the same ids),
+verifier (mindrl's registered rule reward), group size, prompts per step, max new tokens,
+sampling, learning rate and Adam settings, clip ratio, KL coefficient and micro-batch size:
+8 prompts x 8 samples = one TRL generation batch of 64, trained in gradient-accumulation
+micro-batches of `actor_config.micro_batch_size`, one optimizer step per RL step (TRL then
+uses the update's own log-probs as the old ones, as mindrl does). Needs `pip install
+-e .[bench]` (trl). Writes per-step wall time, tokens (prompt + completion), reward, a phase
+split and the process's peak RSS as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+
+class PhaseClock:
+    """Wall seconds per phase of the current step, filled by wrappers around the trainer's
+    methods (TRL has no per-phase timers of its own)."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = {}
+        self.tokens = 0
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.current[phase] = self.current.get(phase, 0.0) + seconds
+
+    def wrap(self, obj: Any, name: str, phase_of: Any) -> None:
+        original = getattr(obj, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            out = original(*args, **kwargs)
+            phase = phase_of(*args, **kwargs)
+            if phase:
+                self.add(phase, time.perf_counter() - start)
+            return out
+
+        setattr(obj, name, timed)
+
+
+def build_trainer(run: Any, steps: int, bf16: bool, out_dir: Path, clock: PhaseClock) -> Any:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from mindrl.data.dataset import PromptDataset
+    from mindrl.rewards.scorer import RewardScorer
+
+    actor, alg = run.actor, run.rl.algorithm
+    sampling = run.generate.sampling_config
+    model_dir = str(actor.ckpt.load)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    records = PromptDataset(actor.data.data_path)
+    rows = [
+        {"prompt": records[i].prompt_text, "label": records[i].label} for i in range(len(records))
+    ]
+    first = records[0]
+    if tokenizer(first.prompt_text)["input_ids"] != list(first.prompt_ids):
+        raise SystemExit("the templated prompt text does not tokenize to the store's prompt ids")
+    rw = run.rl.reward
+    scorer = RewardScorer(
+        list(rw.verifier_function),
+        list(rw.verifier_weight),
+        num_workers=rw.verifier_parallel,
+        timeout_s=rw.verifier_timeout,
+        params=run.rl.reward_params,
+        verifier_files=list(rw.verifier_files),
+    )
+
+    def rule_reward(completions: list[str], label: list[str], **_: Any) -> list[float]:
+        return list(scorer.score(completions, label).scores)
+
+    rule_reward.__name__ = "_".join(run.rl.reward.verifier_function)
+    group = alg.n_samples_per_prompt
+    micro = actor.batch.micro_batch_size
+    samples = actor.batch.global_batch_size * group
+    args = GRPOConfig(
+        output_dir=str(out_dir),
+        max_steps=steps,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=samples // micro,
+        num_generations=group,
+        max_completion_length=sampling.max_tokens,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=max(sampling.top_k, 0),
+        learning_rate=actor.optim.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=actor.optim.weight_decay,
+        adam_beta1=actor.optim.adam_beta1,
+        adam_beta2=actor.optim.adam_beta2,
+        adam_epsilon=actor.optim.adam_eps,
+        max_grad_norm=actor.optim.clip_grad,
+        epsilon=alg.clip_ratio,
+        beta=alg.kl_loss_coef if alg.use_kl_loss else 0.0,
+        num_iterations=alg.epochs,
+        loss_type="dapo",  # token mean over the whole batch, as loss_agg_mode token-mean
+        scale_rewards="group",  # (r - group mean) / group std, as adv_estimator group_norm
+        bf16=bf16,
+        use_cpu=True,
+        seed=actor.data.seed,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+
+    class StepClock(TrainerCallback):
+        def __init__(self) -> None:
+            self.steps: list[dict[str, float]] = []
+            self.started = 0.0
+
+        def on_step_begin(self, *_: Any, **__: Any) -> None:
+            self.started = time.perf_counter()
+            clock.current, clock.tokens = {}, 0
+
+        def on_step_end(self, *_: Any, **__: Any) -> None:
+            wall = time.perf_counter() - self.started
+            phases = dict(clock.current)
+            scored = phases.pop("generate_and_score", 0.0)
+            phases["update"] = wall - scored
+            phases["score_other"] = scored - sum(
+                phases.get(k, 0.0) for k in ("rollout", "reward", "ref")
+            )
+            self.steps.append({"step_time": wall, "tokens": clock.tokens, "phases": phases})
+
+    step_clock = StepClock()
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[rule_reward],
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[step_clock],
+    )
+    clock.wrap(trainer, "_generate_single_turn", lambda *a, **k: "rollout")
+    clock.wrap(trainer, "_calculate_rewards", lambda *a, **k: "reward")
+    ref = trainer.ref_model
+    clock.wrap(
+        trainer,
+        "_get_per_token_logps_and_entropies",
+        lambda model, *a, **k: "ref" if ref is not None and model is ref else None,
+    )
+    original = trainer._generate_and_score_completions
+
+    def generate_and_score(inputs: Any) -> Any:
+        start = time.perf_counter()
+        out = original(inputs)
+        clock.add("generate_and_score", time.perf_counter() - start)
+        clock.tokens += int(out["prompt_mask"].sum()) + int(out["completion_mask"].sum())
+        return out
+
+    trainer._generate_and_score_completions = generate_and_score
+    return trainer, step_clock, scorer
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--config-name", default="grpo_smollm2_cpu")
+    parser.add_argument("--bf16", action="store_true", help="bf16 weights and autocast")
+    parser.add_argument("overrides", nargs="*", help="mindrl config overrides (key=value)")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from mindrl.config import load_run_config
+
+    run, _ = load_run_config(args.config_name, args.overrides)
+    torch.set_num_threads(run.runtime.worker_threads or os.cpu_count() or 1)
+    clock = PhaseClock()
+    out_dir = args.out.parent / (args.out.stem + "_trainer")
+    trainer, step_clock, scorer = build_trainer(run, args.steps, args.bf16, out_dir, clock)
+    start = time.perf_counter()
+    with scorer:
+        trainer.train()
+    wall = time.perf_counter() - start
+    rewards = [e["reward"] for e in trainer.state.log_history if "reward" in e]
+    for step, reward in zip(step_clock.steps, rewards):
+        step["reward"] = reward
+    result = {
+        "stack": "trl",
+        "precision": "bf16" if args.bf16 else "fp32",
+        "train_wall_s": wall,
+        "steps": step_clock.steps,
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    print(f"trl: {len(step_clock.steps)} steps, {wall:.1f} s -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
