@@ -21,7 +21,7 @@ def e2e():
 
 def test_summary_skips_the_warm_up_step(e2e):
     run = {
-        "peak_rss_gib": 1.0,
+        "peak_pss_gib": 1.0,
         "steps": [
             {"step_time": 100.0, "tokens": 1000, "reward": 0.1, "phases": {"update": 90.0}},
             {"step_time": 10.0, "tokens": 1000, "reward": 0.2, "phases": {"update": 6.0}},

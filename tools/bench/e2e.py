@@ -13,8 +13,8 @@ Runs, one after the other in this invocation, each in its own process tree:
   slower than fp32 on a CPU without AMX), so mindrl_fp32 is also the "fastest" run.
 
 Per run: wall seconds per step, tokens per step (prompt + response tokens of the step's
-samples), the step's mean reward, the time split by phase, and the peak resident memory of
-the run's whole process tree (Ray workers included), sampled every 0.5 s. Step 1 is warm-up
+samples), the step's mean reward, the time split by phase, and the peak memory (summed PSS)
+of the run's whole process tree (Ray workers included), sampled every second. Step 1 is warm-up
 (engine and allocator caches) for both stacks: s/step and tok/s are over steps 2..N.
 
 ratio = mindrl_fp32 tok/s / trl_fp32 tok/s (target >= 1.5). Writes bench/results/e2e.json
@@ -46,9 +46,12 @@ BF16_OVERRIDES = (
 
 
 class TreeMemory:
-    """Peak summed RSS of a process and all its descendants, polled in a thread."""
+    """Peak summed proportional set size (PSS) of a process and all its descendants, polled
+    in a thread. PSS splits shared pages (Ray's object store, shared libraries) between the
+    processes mapping them, so the sum is the tree's real footprint; summed RSS would count
+    them once per process. Falls back to RSS where PSS is unavailable."""
 
-    def __init__(self, pid: int, interval_s: float = 0.5):
+    def __init__(self, pid: int, interval_s: float = 1.0):
         self.pid, self.interval_s, self.peak = pid, interval_s, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -66,7 +69,7 @@ class TreeMemory:
             try:
                 for proc in [root, *root.children(recursive=True)]:
                     try:
-                        total += proc.memory_info().rss
+                        total += _footprint(proc)
                     except psutil.Error:
                         pass
             except psutil.Error:
@@ -80,8 +83,15 @@ class TreeMemory:
         return self.peak / 2**30
 
 
+def _footprint(proc: Any) -> int:
+    try:
+        return int(proc.memory_full_info().pss)
+    except (AttributeError, NotImplementedError):
+        return int(proc.memory_info().rss)
+
+
 def run_tree(cmd: list[str], log: Path, timeout_s: float) -> float:
-    """Run `cmd` (its own session, output to `log`); return the tree's peak RSS in GiB."""
+    """Run `cmd` (its own session, output to `log`); return the tree's peak PSS in GiB."""
     with open(log, "w") as out:
         proc = subprocess.Popen(
             cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -135,7 +145,7 @@ def run_mindrl(name: str, config: str, steps: int, extra: tuple[str, ...], work:
         "precision": "bf16" if extra else "fp32",
         "process_wall_s": time.perf_counter() - start,
         "steps": step_rows,
-        "peak_rss_gib": peak,
+        "peak_pss_gib": peak,
         "overrides": list(extra),
     }
 
@@ -158,7 +168,7 @@ def run_trl(name: str, config: str, steps: int, bf16: bool, work: Path) -> dict:
     peak = run_tree(cmd, work / f"{name}.log", timeout_s=600 + steps * 400)
     result = json.loads(out.read_text())
     result["process_wall_s"] = time.perf_counter() - start
-    result["peak_rss_gib"] = peak  # the tree (TRL's verifier pool included)
+    result["peak_pss_gib"] = peak  # the tree (TRL's verifier pool included)
     return result
 
 
@@ -179,7 +189,7 @@ def summarize(run: dict) -> dict:
         "phase_s": {k: round(v, 2) for k, v in phases.items()},
         "rewards": rewards,
         "reward_mean": sum(rewards) / len(rewards),
-        "peak_rss_gib": run["peak_rss_gib"],
+        "peak_pss_gib": run["peak_pss_gib"],
     }
 
 
@@ -253,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             s = res["summary"]
             print(
                 f"  {name}: {s['s_per_step']:.1f} s/step, {s['tok_per_s']:.1f} tok/s, "
-                f"peak {s['peak_rss_gib']:.2f} GiB, rewards {[round(r, 3) for r in s['rewards']]}",
+                f"peak {s['peak_pss_gib']:.2f} GiB, rewards {[round(r, 3) for r in s['rewards']]}",
                 flush=True,
             )
             results[name] = res

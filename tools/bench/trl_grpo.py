@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         "precision": "bf16" if args.bf16 else "fp32",
         "train_wall_s": wall,
         "steps": step_clock.steps,
-        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "process_peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
