@@ -15,11 +15,14 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from mindrl.rewards import registry
 from mindrl.rewards.pool import ERROR, INVALID, OK, TIMEOUT, Call, VerifierPool
 from mindrl.rewards.types import RewardParams, SampleMeta
+
+if TYPE_CHECKING:
+    from mindrl.config.rl import RewardConfig
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +84,19 @@ class RewardScorer:
 
     def worker_pids(self) -> list[int]:
         return self._pool.pids()
+
+    @classmethod
+    def from_config(cls, reward: RewardConfig, params: RewardParams) -> RewardScorer:
+        """The scorer `rl_config` asks for (verifier_function / verifier_weight /
+        verifier_parallel / verifier_timeout / verifier_files)."""
+        return cls(
+            list(reward.verifier_function),
+            list(reward.verifier_weight),
+            num_workers=reward.verifier_parallel,
+            timeout_s=reward.verifier_timeout,
+            params=params,
+            verifier_files=list(reward.verifier_files),
+        )
 
     def close(self) -> None:
         self._pool.close()

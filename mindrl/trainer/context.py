@@ -138,14 +138,7 @@ class TrainContext:
         with contextlib.ExitStack() as stack:
             if rw.rule_reward:
                 self.scorer = stack.enter_context(
-                    RewardScorer(
-                        list(rw.verifier_function),
-                        list(rw.verifier_weight),
-                        num_workers=rw.verifier_parallel,
-                        timeout_s=rw.verifier_timeout,
-                        params=run.rl.reward_params,
-                        verifier_files=list(rw.verifier_files),
-                    )
+                    RewardScorer.from_config(rw, run.rl.reward_params)
                 )
             cluster = stack.enter_context(start_or_connect(run.runtime, acc))
             resources = cluster.cluster_resources()

@@ -8,26 +8,11 @@ import torch
 
 
 def main() -> None:
-    from mindrl.algorithms import compute_advantages
-    from mindrl.config import load_run_config
-    from mindrl.data.dataset import PromptDataset
-    from mindrl.rollout import RolloutSampling
-    from mindrl.trainer.batch import build_sample_batch
-    from mindrl.workers.actor import ActorWorker
+    from _actor_setup import actor_and_sampled_batch
 
-    run, _ = load_run_config("grpo_tiny_cpu", ["generate_config.rollout_backend=hf"])
-    worker = ActorWorker(run)
-    worker.init_model()
-    worker.sync_weights()
-    ds = PromptDataset(run.actor.data.data_path)
-    prompts = [list(ds[i].prompt_ids) for i in range(8)]
-    rows = worker.generate(prompts, RolloutSampling(n=8, max_tokens=8, seed=3))
-    batch = build_sample_batch(
-        [prompts[r["prompt_index"]] for r in rows],
-        [r["token_ids"] for r in rows],
-        0,
-        rollout_log_probs=[r["log_probs"] for r in rows],
-    )
+    from mindrl.algorithms import compute_advantages
+
+    _, worker, batch = actor_and_sampled_batch([])
     old = worker.compute_log_prob(batch)
     mismatch = float(((old - batch.tensors["rollout_log_probs"]).abs() * batch.response_mask).max())
     adv = compute_advantages("group_norm", torch.rand(batch.size), 8, batch.response_mask)

@@ -9,29 +9,13 @@ import torch
 
 
 def main(mode: str, out_file: str) -> None:
+    from _actor_setup import actor_and_sampled_batch
+
     from mindrl.algorithms import compute_advantages
-    from mindrl.config import load_run_config
-    from mindrl.data.dataset import PromptDataset
     from mindrl.models.logprobs import forward_only
-    from mindrl.rollout import RolloutSampling
-    from mindrl.trainer.batch import build_sample_batch
-    from mindrl.workers.actor import ActorWorker
 
     # 8 prompts x 8 samples in one mini-batch: one optimizer step per RL step
-    overrides = ["generate_config.rollout_backend=hf", "rl_config.mini_batch_size=64"]
-    run, _ = load_run_config("grpo_tiny_cpu", overrides)
-    worker = ActorWorker(run)
-    worker.init_model()
-    worker.sync_weights()
-    ds = PromptDataset(run.actor.data.data_path)
-    prompts = [list(ds[i].prompt_ids) for i in range(8)]
-    rows = worker.generate(prompts, RolloutSampling(n=8, max_tokens=8, seed=3))
-    batch = build_sample_batch(
-        [prompts[r["prompt_index"]] for r in rows],
-        [r["token_ids"] for r in rows],
-        0,
-        rollout_log_probs=[r["log_probs"] for r in rows],
-    )
+    run, worker, batch = actor_and_sampled_batch(["rl_config.mini_batch_size=64"])
     every_token = forward_only(
         worker.model_chunks,
         batch.input_ids,

@@ -74,15 +74,7 @@ def build_trainer(run: Any, steps: int, bf16: bool, out_dir: Path, clock: PhaseC
     first = records[0]
     if tokenizer(first.prompt_text)["input_ids"] != list(first.prompt_ids):
         raise SystemExit("the templated prompt text does not tokenize to the store's prompt ids")
-    rw = run.rl.reward
-    scorer = RewardScorer(
-        list(rw.verifier_function),
-        list(rw.verifier_weight),
-        num_workers=rw.verifier_parallel,
-        timeout_s=rw.verifier_timeout,
-        params=run.rl.reward_params,
-        verifier_files=list(rw.verifier_files),
-    )
+    scorer = RewardScorer.from_config(run.rl.reward, run.rl.reward_params)
 
     def rule_reward(completions: list[str], label: list[str], **_: Any) -> list[float]:
         return list(scorer.score(completions, label).scores)
