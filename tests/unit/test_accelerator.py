@@ -74,3 +74,15 @@ def test_memory_stats_and_synchronize():
     acc.synchronize()
     stats = acc.memory_stats()
     assert 0 < stats["allocated_gib"] <= stats["peak_gib"] < 64
+
+
+def test_cpu_workers_keep_freed_memory_and_user_values_win(monkeypatch):
+    from mindrl.accelerator import Accelerator
+
+    monkeypatch.delenv("MALLOC_MMAP_MAX_", raising=False)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "12345")
+    env = Accelerator("cpu").worker_env()
+    assert env["MALLOC_MMAP_MAX_"] == "0"
+    assert env["THP_MEM_ALLOC_ENABLE"] == "1"
+    assert env["MALLOC_TRIM_THRESHOLD_"] == "12345"  # the user's setting is kept
+    assert Accelerator("npu").worker_env() == {} and Accelerator("cuda").worker_env() == {}
