@@ -144,18 +144,16 @@ def micro_selection(response_mask: torch.Tensor) -> TokenSelection:
     the grid (and so the model input) is cut after the last needed column; the pipeline's
     point-to-point buffers need one sequence length for every micro-batch, so with PP the
     full length is kept."""
+    from dataclasses import replace
+
     from megatron.core import parallel_state as ps
 
     from mindrl.models.token_select import TokenSelection
 
+    selection = TokenSelection.from_mask(response_mask)
     if ps.model_parallel_is_initialized() and ps.get_pipeline_model_parallel_world_size() > 1:
-        return TokenSelection.from_mask(response_mask)
-    return TokenSelection.from_mask(response_mask[:, : _last_column(response_mask) + 1])
-
-
-def _last_column(mask: torch.Tensor) -> int:
-    cols = mask.bool().any(dim=0).nonzero()
-    return int(cols[-1]) if cols.numel() else 0
+        return selection
+    return replace(selection, seq=selection.last_column() + 2)
 
 
 def forward_only(

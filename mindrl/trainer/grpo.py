@@ -1,7 +1,8 @@
 """The GRPO loop. One step, as DESIGN.md draws it:
 
     prompts -> actor.generate (n per prompt) -> rule rewards -> reference and old log-probs
-    (old ones only when the batch gets more than one optimizer step) -> group advantages -> actor.update (mini-batches x micro-batches) -> actor.sync_weights
+    (old ones only when the batch gets more than one optimizer step) -> group advantages
+    -> actor.update (mini-batches x micro-batches) -> actor.sync_weights
 
 The driver holds no model: it owns the batch and calls worker groups, which own the models.
 Placement (hybrid engine or not, colocation) lives in the workers and the plan, not here.
