@@ -50,3 +50,24 @@ def test_tree_memory_counts_children_and_failures_name_the_log(e2e, tmp_path):
             tmp_path / "bad.log",
             timeout_s=60,
         )
+
+
+def test_ratios_compare_equal_precisions_and_fastest_is_measured(e2e):
+    def run(tok_per_s: float) -> dict:
+        return {"summary": {"tok_per_s": tok_per_s}}
+
+    results = {
+        "mindrl_fp32": run(120.0),
+        "trl_fp32": run(60.0),
+        "mindrl_bf16": run(150.0),
+        "trl_bf16": run(50.0),
+    }
+    assert e2e.precision_ratios(results) == {
+        "fp32": pytest.approx(2.0),
+        "bf16": pytest.approx(3.0),
+    }
+    assert e2e.fastest_mindrl(results) == "mindrl_bf16"
+    # TRL skipped: no ratio at all; a precision only one stack ran at: no ratio for it
+    assert e2e.precision_ratios({"mindrl_fp32": run(1.0)}) == {}
+    assert e2e.precision_ratios({**results, "trl_bf16": None}) == {"fp32": pytest.approx(2.0)}
+    assert e2e.fastest_mindrl({"mindrl_fp32": run(1.0), "trl_fp32": run(9.0)}) == "mindrl_fp32"

@@ -10,14 +10,14 @@ Runs, one after the other in this invocation, each in its own process tree:
                clip ratio, KL coefficient and micro-batch size, read from the same config
   with --bf16 also mindrl_bf16 (bf16 weights, bf16 megatron optimizer, bf16 vLLM) and
   trl_bf16. mindrl's fastest settings on this CPU are the shipped fp32 ones (bf16 matmul is
-  slower than fp32 on a CPU without AMX), so mindrl_fp32 is also the "fastest" run.
+  slower than fp32 on a CPU without AMX); the report names the fastest mindrl run measured.
 
 Per run: wall seconds per step, tokens per step (prompt + response tokens of the step's
 samples), the step's mean reward, the time split by phase, and the peak memory (summed PSS)
 of the run's whole process tree (Ray workers included), sampled every second. Step 1 is warm-up
 (engine and allocator caches) for both stacks: s/step and tok/s are over steps 2..N.
 
-ratio = mindrl_fp32 tok/s / trl_fp32 tok/s (target >= 1.5). Writes bench/results/e2e.json
+ratio = mindrl_fp32 tok/s / trl_fp32 tok/s (target >= 1.5); with --bf16 also the bf16 ratio. Writes bench/results/e2e.json
 and e2e.png (reward curves, s/step, phase split); the last line is the summary.
 """
 
@@ -193,6 +193,24 @@ def summarize(run: dict) -> dict:
     }
 
 
+def precision_ratios(results: dict[str, dict]) -> dict[str, float]:
+    """mindrl tok/s over TRL tok/s for every precision both stacks ran at (equal precision)."""
+    ratios = {}
+    for precision in ("fp32", "bf16"):
+        ours, theirs = results.get(f"mindrl_{precision}"), results.get(f"trl_{precision}")
+        if ours and theirs:
+            ratios[precision] = ours["summary"]["tok_per_s"] / max(
+                theirs["summary"]["tok_per_s"], 1e-9
+            )
+    return ratios
+
+
+def fastest_mindrl(results: dict[str, dict]) -> str:
+    """The mindrl run with the highest tok/s (measured, not assumed)."""
+    ours = {k: v for k, v in results.items() if k.startswith("mindrl_")}
+    return max(ours, key=lambda k: ours[k]["summary"]["tok_per_s"])
+
+
 def plot(results: dict[str, dict], path: Path) -> None:
     import matplotlib
 
@@ -268,19 +286,17 @@ def main(argv: list[str] | None = None) -> int:
             )
             results[name] = res
 
-    ratio = None
-    if "trl_fp32" in results:
-        ratio = results["mindrl_fp32"]["summary"]["tok_per_s"] / max(
-            results["trl_fp32"]["summary"]["tok_per_s"], 1e-9
-        )
+    ratios = precision_ratios(results)
+    ratio = ratios.get("fp32")
     report = {
         "config_name": args.config_name,
         "steps": args.steps,
         "cpu_count": os.cpu_count(),
         "load_avg_start": load_start,
         "load_avg_end": os.getloadavg(),
-        "fastest_mindrl": "mindrl_fp32",
+        "fastest_mindrl": fastest_mindrl(results),
         "ratio": ratio,
+        "ratio_by_precision": ratios,
         "target": TARGET,
         "runs": results,
     }
@@ -288,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(report, indent=1))
     plot(results, args.out.with_suffix(".png"))
     print(f"results: {args.out} and {args.out.with_suffix('.png')}")
+    for precision, value in ratios.items():
+        if precision != "fp32":
+            print(f"e2e: {precision} ratio={value:.2f} (mindrl_{precision} / trl_{precision})")
     if ratio is None:
         print("e2e: ratio=n/a (TRL skipped)")
     else:
