@@ -61,13 +61,16 @@ def test_ratios_compare_equal_precisions_and_fastest_is_measured(e2e):
         "trl_fp32": run(60.0),
         "mindrl_bf16": run(150.0),
         "trl_bf16": run(50.0),
+        "trl_bf16_mixed": run(30.0),
     }
     assert e2e.precision_ratios(results) == {
         "fp32": pytest.approx(2.0),
         "bf16": pytest.approx(3.0),
+        "bf16_mixed": pytest.approx(5.0),  # mindrl_bf16 against TRL's mixed-precision run
     }
     assert e2e.fastest_mindrl(results) == "mindrl_bf16"
     # TRL skipped: no ratio at all; a precision only one stack ran at: no ratio for it
     assert e2e.precision_ratios({"mindrl_fp32": run(1.0)}) == {}
-    assert e2e.precision_ratios({**results, "trl_bf16": None}) == {"fp32": pytest.approx(2.0)}
+    without_bf16 = {**results, "trl_bf16": None, "trl_bf16_mixed": None}
+    assert e2e.precision_ratios(without_bf16) == {"fp32": pytest.approx(2.0)}
     assert e2e.fastest_mindrl({"mindrl_fp32": run(1.0), "trl_fp32": run(9.0)}) == "mindrl_fp32"

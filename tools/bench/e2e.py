@@ -8,16 +8,18 @@ Runs, one after the other in this invocation, each in its own process tree:
   trl_fp32     tools/bench/trl_grpo.py: TRL's GRPOTrainer on the same model, prompt store,
                verifier, group size, prompts per step, max new tokens, sampling, lr, Adam,
                clip ratio, KL coefficient and micro-batch size, read from the same config
-  with --bf16 also mindrl_bf16 (bf16 weights, bf16 megatron optimizer, bf16 vLLM) and
-  trl_bf16. mindrl's fastest settings on this CPU are the shipped fp32 ones (bf16 matmul is
-  slower than fp32 on a CPU without AMX); the report names the fastest mindrl run measured.
+  with --bf16 also mindrl_bf16 (bf16 weights and vLLM, megatron's mixed-precision optimizer
+  with fp32 master weights), trl_bf16 (bf16 weights and Adam state: cheaper, less precise) and
+  trl_bf16_mixed (fp32 weights, bf16 autocast: megatron's arithmetic). The report names the
+  fastest mindrl run measured (on a CPU without AMX bf16 matmul is slower than fp32).
 
 Per run: wall seconds per step, tokens per step (prompt + response tokens of the step's
 samples), the step's mean reward, the time split by phase, and the peak memory (summed PSS)
 of the run's whole process tree (Ray workers included), sampled every second. Step 1 is warm-up
 (engine and allocator caches) for both stacks: s/step and tok/s are over steps 2..N.
 
-ratio = mindrl_fp32 tok/s / trl_fp32 tok/s (target >= 1.5); with --bf16 also the bf16 ratio. Writes bench/results/e2e.json
+ratio = mindrl_fp32 tok/s / trl_fp32 tok/s (target >= 1.5); with --bf16 also the bf16 and
+bf16_mixed ratios (mindrl_bf16 against each TRL bf16 run). Writes bench/results/e2e.json
 and e2e.png (reward curves, s/step, phase split); the last line is the summary.
 """
 
@@ -150,7 +152,7 @@ def run_mindrl(name: str, config: str, steps: int, extra: tuple[str, ...], work:
     }
 
 
-def run_trl(name: str, config: str, steps: int, bf16: bool, work: Path) -> dict:
+def run_trl(name: str, config: str, steps: int, precision: str, work: Path) -> dict:
     out = work / f"{name}.json"
     cmd = [
         sys.executable,
@@ -162,8 +164,8 @@ def run_trl(name: str, config: str, steps: int, bf16: bool, work: Path) -> dict:
         "--config-name",
         config,
     ]
-    if bf16:
-        cmd.append("--bf16")
+    if precision != "fp32":
+        cmd.append("--" + precision.replace("_", "-"))  # --bf16 / --bf16-mixed
     start = time.perf_counter()
     peak = run_tree(cmd, work / f"{name}.log", timeout_s=600 + steps * 400)
     result = json.loads(out.read_text())
@@ -193,11 +195,20 @@ def summarize(run: dict) -> dict:
     }
 
 
+# ratio name -> (mindrl run, TRL run) at equal precision. megatron's bf16 keeps fp32 master
+# weights, so TRL's mixed-precision run is its arithmetic match; TRL's pure-bf16 run is cheaper.
+RATIO_PAIRS = {
+    "fp32": ("mindrl_fp32", "trl_fp32"),
+    "bf16": ("mindrl_bf16", "trl_bf16"),
+    "bf16_mixed": ("mindrl_bf16", "trl_bf16_mixed"),
+}
+
+
 def precision_ratios(results: dict[str, dict]) -> dict[str, float]:
     """mindrl tok/s over TRL tok/s for every precision both stacks ran at (equal precision)."""
     ratios = {}
-    for precision in ("fp32", "bf16"):
-        ours, theirs = results.get(f"mindrl_{precision}"), results.get(f"trl_{precision}")
+    for precision, (ours_name, theirs_name) in RATIO_PAIRS.items():
+        ours, theirs = results.get(ours_name), results.get(theirs_name)
         if ours and theirs:
             ratios[precision] = ours["summary"]["tok_per_s"] / max(
                 theirs["summary"]["tok_per_s"], 1e-9
@@ -254,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if not args.skip_trl:
         plan.append(
-            ("trl_fp32", lambda w: run_trl("trl_fp32", args.config_name, args.steps, False, w))
+            ("trl_fp32", lambda w: run_trl("trl_fp32", args.config_name, args.steps, "fp32", w))
         )
     if args.bf16:
         plan.append(
@@ -266,9 +277,16 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         if not args.skip_trl:
-            plan.append(
-                ("trl_bf16", lambda w: run_trl("trl_bf16", args.config_name, args.steps, True, w))
-            )
+            for precision in ("bf16", "bf16_mixed"):
+                name = f"trl_{precision}"
+                plan.append(
+                    (
+                        name,
+                        lambda w, n=name, p=precision: run_trl(
+                            n, args.config_name, args.steps, p, w
+                        ),
+                    )
+                )
 
     results: dict[str, dict] = {}
     load_start = os.getloadavg()
@@ -306,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"results: {args.out} and {args.out.with_suffix('.png')}")
     for precision, value in ratios.items():
         if precision != "fp32":
-            print(f"e2e: {precision} ratio={value:.2f} (mindrl_{precision} / trl_{precision})")
+            ours, theirs = RATIO_PAIRS[precision]
+            print(f"e2e: {precision} ratio={value:.2f} ({ours} / {theirs})")
     if ratio is None:
         print("e2e: ratio=n/a (TRL skipped)")
     else:

@@ -1,7 +1,7 @@
 """The baseline side of tools/bench/e2e.py: TRL's GRPOTrainer on a mindrl config's workload.
 
     python tools/bench/trl_grpo.py --steps 5 --out trl.json [--config-name grpo_smollm2_cpu]
-                                   [--bf16] [override ...]
+                                   [--bf16 | --bf16-mixed] [override ...]
 
 Everything that defines the workload is read from the mindrl config, so both stacks run the
 same model folder, prompt store (its templated prompt text, which tokenizes to the same ids),
@@ -12,6 +12,11 @@ micro-batches of `actor_config.micro_batch_size`, one optimizer step per RL step
 uses the update's own log-probs as the old ones, as mindrl does). Needs `pip install
 -e .[bench]` (trl). Writes per-step wall time, tokens (prompt + completion), reward, a phase
 split and the process's peak RSS as JSON.
+
+Precision: fp32 by default; `--bf16` loads the weights in bf16 and trains them directly (bf16
+Adam state, no fp32 copy: "pure" bf16); `--bf16-mixed` keeps fp32 weights and Adam state and
+runs the forward/backward under bf16 autocast (HF/accelerate mixed precision), the closer
+match to megatron's bf16 (bf16 compute, fp32 master weights).
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ class PhaseClock:
         setattr(obj, name, timed)
 
 
-def build_trainer(run: Any, steps: int, bf16: bool, out_dir: Path, clock: PhaseClock) -> Any:
+def build_trainer(run: Any, steps: int, precision: str, out_dir: Path, clock: PhaseClock) -> Any:
+    """TRL's GRPOTrainer for `run`'s workload; precision is fp32, bf16 (pure) or bf16_mixed."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -106,7 +112,7 @@ def build_trainer(run: Any, steps: int, bf16: bool, out_dir: Path, clock: PhaseC
         num_iterations=alg.epochs,
         loss_type="dapo",  # token mean over the whole batch, as loss_agg_mode token-mean
         scale_rewards="group",  # (r - group mean) / group std, as adv_estimator group_norm
-        bf16=bf16,
+        bf16=precision != "fp32",
         use_cpu=True,
         seed=actor.data.seed,
         logging_steps=1,
@@ -115,7 +121,7 @@ def build_trainer(run: Any, steps: int, bf16: bool, out_dir: Path, clock: PhaseC
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    dtype = torch.bfloat16 if bf16 else torch.float32
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
 
     class StepClock(TrainerCallback):
@@ -172,7 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--config-name", default="grpo_smollm2_cpu")
-    parser.add_argument("--bf16", action="store_true", help="bf16 weights and autocast")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--bf16", action="store_true", help="bf16 weights and Adam state")
+    precision.add_argument(
+        "--bf16-mixed", action="store_true", help="fp32 weights, bf16 autocast compute"
+    )
     parser.add_argument("overrides", nargs="*", help="mindrl config overrides (key=value)")
     args = parser.parse_args(argv)
 
@@ -184,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(run.runtime.worker_threads or os.cpu_count() or 1)
     clock = PhaseClock()
     out_dir = args.out.parent / (args.out.stem + "_trainer")
-    trainer, step_clock, scorer = build_trainer(run, args.steps, args.bf16, out_dir, clock)
+    precision = "bf16" if args.bf16 else "bf16_mixed" if args.bf16_mixed else "fp32"
+    trainer, step_clock, scorer = build_trainer(run, args.steps, precision, out_dir, clock)
     start = time.perf_counter()
     with scorer:
         trainer.train()
@@ -194,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         step["reward"] = reward
     result = {
         "stack": "trl",
-        "precision": "bf16" if args.bf16 else "fp32",
+        "precision": precision,
+        "param_dtype": str(next(trainer.model.parameters()).dtype),
+        "autocast": trainer.accelerator.mixed_precision,
         "train_wall_s": wall,
         "steps": step_clock.steps,
         "process_peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
