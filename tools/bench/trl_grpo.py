@@ -178,9 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--config-name", default="grpo_smollm2_cpu")
-    precision = parser.add_mutually_exclusive_group()
-    precision.add_argument("--bf16", action="store_true", help="bf16 weights and Adam state")
-    precision.add_argument(
+    precision_flags = parser.add_mutually_exclusive_group()
+    precision_flags.add_argument("--bf16", action="store_true", help="bf16 weights and Adam state")
+    precision_flags.add_argument(
         "--bf16-mixed", action="store_true", help="fp32 weights, bf16 autocast compute"
     )
     parser.add_argument("overrides", nargs="*", help="mindrl config overrides (key=value)")
