@@ -260,41 +260,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 2:
         parser.error("--steps must be at least 2 (step 1 is warm-up)")
 
-    plan: list[tuple[str, Any]] = [
-        ("mindrl_fp32", lambda w: run_mindrl("mindrl_fp32", args.config_name, args.steps, (), w))
-    ]
-    if not args.skip_trl:
-        plan.append(
-            ("trl_fp32", lambda w: run_trl("trl_fp32", args.config_name, args.steps, "fp32", w))
-        )
+    plan = [("mindrl", "fp32"), ("trl", "fp32")]
     if args.bf16:
-        plan.append(
-            (
-                "mindrl_bf16",
-                lambda w: run_mindrl(
-                    "mindrl_bf16", args.config_name, args.steps, BF16_OVERRIDES, w
-                ),
-            )
-        )
-        if not args.skip_trl:
-            for precision in ("bf16", "bf16_mixed"):
-                name = f"trl_{precision}"
-                plan.append(
-                    (
-                        name,
-                        lambda w, n=name, p=precision: run_trl(
-                            n, args.config_name, args.steps, p, w
-                        ),
-                    )
-                )
+        plan += [("mindrl", "bf16"), ("trl", "bf16"), ("trl", "bf16_mixed")]
+    if args.skip_trl:
+        plan = [(stack, precision) for stack, precision in plan if stack != "trl"]
 
     results: dict[str, dict] = {}
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="mindrl-e2e-") as tmp:
         work = Path(tmp)
-        for name, run in plan:
+        for stack, precision in plan:
+            name = f"{stack}_{precision}"
             print(f"e2e: running {name} ({args.steps} steps) ...", flush=True)
-            res = run(work)
+            if stack == "mindrl":
+                extra = BF16_OVERRIDES if precision == "bf16" else ()
+                res = run_mindrl(name, args.config_name, args.steps, extra, work)
+            else:
+                res = run_trl(name, args.config_name, args.steps, precision, work)
             res["summary"] = summarize(res)
             s = res["summary"]
             print(
