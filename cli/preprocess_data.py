@@ -6,7 +6,8 @@
 
 Reads ``configs/datasets/NAME.yaml`` (or ``--config-dir``), applies ``key=value``
 overrides and the path flags, and writes the store at ``output_prefix``.
-Exit status: 0 done, 1 refused by a policy (bad/overlong rows), 2 bad config.
+Exit status: 0 done, 1 refused by a policy (bad/overlong rows), 2 bad config or an
+unusable input / output path (one line on stderr naming it).
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(REPO_ROOT))
 
-from mindrl.data.config import ConfigError, load_preprocess_config  # noqa: E402
+from mindrl.config.errors import ConfigError  # noqa: E402
+from mindrl.data.compose import load_preprocess_config  # noqa: E402
 from mindrl.data.preprocess import PreprocessError, run_preprocess  # noqa: E402
+from mindrl.data.readers import DataFileError  # noqa: E402
+from mindrl.data.store import StoreError  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -64,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         print(exc.report.summary(), file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except FileNotFoundError as exc:  # input or tokenizer path
+    except (FileNotFoundError, DataFileError, StoreError) as exc:  # input / output / tokenizer
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

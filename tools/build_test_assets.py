@@ -36,19 +36,19 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # noqa: F401  (timed apart from the builds)
     import transformers  # noqa: F401
 
-    from mindrl.testing import assets
+    from mindrl.assets import cache, models, smollm2
 
-    print(f"assets root: {assets.assets_root()}")
+    print(f"assets root: {cache.assets_root()}")
     print(f"imports: {time.perf_counter() - start:.1f} s")
     if args.what in ("tiny", "all"):
         for name, variant in TINY_VARIANTS.items():
             start = time.perf_counter()
-            folder = assets.tiny_model_dir(**variant)
+            folder = models.tiny_model_dir(**variant)
             print(f"{name}: {folder} ({time.perf_counter() - start:.2f} s)")
     if args.what in ("smollm2", "all"):
         start = time.perf_counter()
         try:
-            folder = assets.smollm2_dir()
+            folder = smollm2.smollm2_dir()
         except ModuleNotFoundError as err:
             print(f"smollm2: not built: {err}", file=sys.stderr)
             return 1

@@ -18,7 +18,8 @@ only those, are stopped. The exit status is the driver's (1 when the nodes did n
 
 environment (defaults in brackets):
   CONFIG              config name under configs/, when not given as an argument
-  MASTER_ADDR         this node's IP, which the workers connect to [detected as Ray does]
+  MASTER_ADDR         this node's IP, which the workers connect to [detected as Ray does];
+                      127.0.0.1 / localhost / ::1 keep every Ray process on loopback (one node)
   MASTER_PORT         Ray head (GCS) port [6344]
   NNODES              nodes to wait for, this one included [1]
   DEVICE_TYPE         npu | gpu | cpu [detected: npu-smi/torch_npu, nvidia-smi, else cpu]
@@ -82,6 +83,13 @@ DASHBOARD_HOST=${DASHBOARD_HOST:-127.0.0.1}
 DASHBOARD_PORT=${DASHBOARD_PORT:-8260}
 STOP_GRACE=${STOP_GRACE:-15}
 MASTER_ADDR=${MASTER_ADDR:-$(launch node-ip)}
+# Ray turns a node IP of 127.0.0.1 into this machine's routable address and then listens on all
+# interfaces; this Ray setting (read at import) keeps a loopback head on loopback (GCS, raylet,
+# workers, agents, metrics), as the embedded cluster does (mindrl/cluster/ray_cluster.py).
+# Any other address: Ray 2.60's gRPC servers and agents still listen on all interfaces.
+case "${NODE_IP_ADDRESS:-$MASTER_ADDR}" in
+    127.0.0.1 | localhost | ::1) export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 ;;
+esac
 
 # -- devices of this node -----------------------------------------------------------------------
 source "$(dirname "${BASH_SOURCE[0]}")/_node_devices.sh"

@@ -1,85 +1,80 @@
 """mindrl.algorithms: pure tensor math of GRPO (torch only; no Ray, megatron or vLLM).
 
 All functions take [B, T] tensors with a 0/1 response mask and compute in fp32.
+
+The package loads its modules on first attribute access, so config validation can import
+`mindrl.algorithms.names` (the selectable variant names) without importing torch;
+`from mindrl.algorithms import compute_advantages` works as with eager imports.
 """
 
-from mindrl.algorithms.advantages import (
-    ADV_ALIASES,
-    ADV_ESTIMATORS,
-    compute_advantages,
-    group_norm_scores,
-    grpo_no_std_scores,
-    rloo_scores,
-    sequence_scores,
-    whiten,
-)
-from mindrl.algorithms.aggregation import LOSS_AGG_MODES, aggregate_loss, masked_mean, masked_sum
-from mindrl.algorithms.dapo import (
-    DynamicSampler,
-    DynamicSamplingResult,
-    accumulate_groups,
-    group_sample_indices,
-    informative_groups,
-    overlong_filter,
-    truncated_responses,
-)
-from mindrl.algorithms.kl import KL_TYPES, kl_penalty
-from mindrl.algorithms.kl_control import (
-    KL_CTRL_TYPES,
-    AdaptiveKLController,
-    FixedKLController,
-    KLControlConfig,
-    KLPenalizedRewards,
-    kl_penalized_rewards,
-    make_kl_controller,
-)
-from mindrl.algorithms.logprobs import entropy_from_logits, log_probs_from_logits
-from mindrl.algorithms.loss import GRPOLossConfig, grpo_loss
-from mindrl.algorithms.policy_loss import (
-    ClippedTokens,
-    PolicyLoss,
-    compute_policy_loss,
-    ppo_clip_token_losses,
-)
-from mindrl.algorithms.tis import rollout_mismatch_metrics, tis_weights
+from __future__ import annotations
 
-__all__ = [
-    "ADV_ALIASES",
-    "ADV_ESTIMATORS",
-    "KL_CTRL_TYPES",
-    "KL_TYPES",
-    "LOSS_AGG_MODES",
-    "AdaptiveKLController",
-    "ClippedTokens",
-    "DynamicSampler",
-    "DynamicSamplingResult",
-    "FixedKLController",
-    "GRPOLossConfig",
-    "KLControlConfig",
-    "KLPenalizedRewards",
-    "PolicyLoss",
-    "accumulate_groups",
-    "aggregate_loss",
-    "compute_advantages",
-    "compute_policy_loss",
-    "entropy_from_logits",
-    "group_norm_scores",
-    "group_sample_indices",
-    "grpo_loss",
-    "grpo_no_std_scores",
-    "informative_groups",
-    "kl_penalized_rewards",
-    "kl_penalty",
-    "log_probs_from_logits",
-    "make_kl_controller",
-    "masked_mean",
-    "masked_sum",
-    "overlong_filter",
-    "ppo_clip_token_losses",
-    "rloo_scores",
-    "rollout_mismatch_metrics",
-    "sequence_scores",
-    "tis_weights",
-    "truncated_responses",
-    "whiten",
-]
+import importlib
+from typing import Any
+
+# module -> the public names it defines
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "names": (
+        "ADV_ALIASES",
+        "ADV_ESTIMATORS",
+        "ADV_ESTIMATOR_NAMES",
+        "GROUP_ESTIMATORS",
+        "KL_ALIASES",
+        "KL_CTRL_TYPES",
+        "KL_TYPES",
+        "LOSS_AGG_MODES",
+    ),
+    "advantages": (
+        "compute_advantages",
+        "group_norm_scores",
+        "grpo_no_std_scores",
+        "rloo_scores",
+        "sequence_scores",
+        "whiten",
+    ),
+    "aggregation": ("aggregate_loss", "masked_mean", "masked_sum"),
+    "dapo": (
+        "DynamicSampler",
+        "DynamicSamplingResult",
+        "accumulate_groups",
+        "group_sample_indices",
+        "informative_groups",
+        "overlong_filter",
+        "truncated_responses",
+    ),
+    "kl": ("kl_penalty",),
+    "kl_control": (
+        "AdaptiveKLController",
+        "FixedKLController",
+        "KLControlConfig",
+        "KLPenalizedRewards",
+        "kl_penalized_rewards",
+        "make_kl_controller",
+    ),
+    "logprobs": ("entropy_from_logits", "log_probs_from_logits"),
+    "loss": ("GRPOLossConfig", "grpo_loss"),
+    "policy_loss": (
+        "ClippedTokens",
+        "PolicyLoss",
+        "compute_policy_loss",
+        "ppo_clip_token_losses",
+    ),
+    "tis": ("rollout_mismatch_metrics", "tis_weights"),
+}
+_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the defining module on first use of one of its public names."""
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

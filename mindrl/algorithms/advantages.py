@@ -15,14 +15,8 @@ from __future__ import annotations
 import torch
 
 from mindrl.algorithms.aggregation import masked_mean, masked_sum
+from mindrl.algorithms.names import ADV_ALIASES, ADV_ESTIMATOR_NAMES
 
-ADV_ESTIMATORS: tuple[str, ...] = (
-    "group_norm",
-    "grpo_no_std",
-    "rloo",
-    "reinforce_plus_plus_baseline",
-)
-ADV_ALIASES: dict[str, str] = {"grpo": "group_norm", "dr_grpo": "grpo_no_std"}
 WHITEN_EPS = 1e-8
 
 
@@ -108,8 +102,7 @@ def compute_advantages(
     elif estimator == "reinforce_plus_plus_baseline":
         seq_adv = grpo_no_std_scores(scores, group_size)
     else:
-        known = ADV_ESTIMATORS + tuple(ADV_ALIASES)
-        raise ValueError(f"unknown adv_estimator {name!r}; expected one of {known}")
+        raise ValueError(f"unknown adv_estimator {name!r}; expected one of {ADV_ESTIMATOR_NAMES}")
     mask = response_mask.bool()
     token_adv = torch.where(mask, seq_adv[:, None], seq_adv.new_zeros(()))
     if estimator == "reinforce_plus_plus_baseline":

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import torch
 
-KL_TYPES: tuple[str, ...] = ("k1", "k2", "k3", "abs", "mse", "kl", "low_var_kl")
-_CANONICAL = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
+from mindrl.algorithms.names import KL_ALIASES, KL_TYPES
+
 LOG_RATIO_CLAMP = 20.0
 K3_CLAMP = 10.0
 
 
 def kl_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kl_type: str) -> torch.Tensor:
     """Elementwise KL estimate [B, T] (fp32); padding is the caller's mask to apply."""
-    kind = _CANONICAL.get(kl_type, kl_type)
+    kind = KL_ALIASES.get(kl_type, kl_type)
     diff = log_prob.float() - ref_log_prob.float()  # = -log r
     if kind == "k1":
         return diff

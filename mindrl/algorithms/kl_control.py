@@ -14,8 +14,7 @@ import torch
 
 from mindrl.algorithms.aggregation import masked_mean, masked_sum
 from mindrl.algorithms.kl import kl_penalty
-
-KL_CTRL_TYPES: tuple[str, ...] = ("fixed", "adaptive")
+from mindrl.algorithms.names import KL_CTRL_TYPES
 
 
 @dataclass(frozen=True)

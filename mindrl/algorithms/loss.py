@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from mindrl.algorithms.aggregation import LOSS_AGG_MODES, aggregate_loss, masked_mean
-from mindrl.algorithms.kl import KL_TYPES, kl_penalty
+from mindrl.algorithms.aggregation import aggregate_loss, masked_mean
+from mindrl.algorithms.kl import kl_penalty
+from mindrl.algorithms.names import KL_TYPES, LOSS_AGG_MODES
 from mindrl.algorithms.policy_loss import compute_policy_loss
 from mindrl.algorithms.tis import tis_weights
 

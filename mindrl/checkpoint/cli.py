@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    from mindrl.checkpoint.offline import check_separate_dirs
+    from mindrl.config.writable import unwritable_reason
+
     if args.load_model_type == "hf" and args.save_model_type == "hf":
         raise ConversionError("--load-model-type hf with --save-model-type hf: nothing to do")
     for flag, value in (
@@ -68,10 +71,14 @@ def _check_args(args: argparse.Namespace) -> None:
             raise ConversionError(f"{flag} must be >= 1, not {value}")
     if not Path(args.load_dir).exists():
         raise ConversionError(f"--load-dir {args.load_dir} does not exist")
+    check_separate_dirs(args.load_dir, args.save_dir)
     if Path(args.save_dir).exists():
         raise ConversionError(
             f"--save-dir {args.save_dir} already exists; choose a new folder or remove it first"
         )
+    reason = unwritable_reason(args.save_dir)
+    if reason:
+        raise ConversionError(f"--save-dir {args.save_dir}: {reason}")
     if args.tokenizer_model and not Path(args.tokenizer_model).exists():
         raise ConversionError(f"--tokenizer-model {args.tokenizer_model} does not exist")
 

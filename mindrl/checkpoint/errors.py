@@ -1,4 +1,9 @@
-"""The one error type of checkpoint conversion: it names the tensor, file or flag at fault."""
+"""Checkpoint errors: each names the tensor, file or flag at fault in one line.
+
+``ConversionError`` is the base (a checkpoint cannot be converted or loaded as asked);
+``CheckpointReadError(path, what)`` a checkpoint file that is missing or unreadable, and its
+subclass ``CorruptCheckpointError`` one that exists but is damaged (truncated, corrupt).
+"""
 
 from __future__ import annotations
 
@@ -28,3 +33,25 @@ def checkpoint_errors() -> tuple[type[BaseException], ...]:
     except ImportError:
         return (Exception,)
     return (Exception, CheckpointException)
+
+
+class CheckpointReadError(ConversionError):
+    """A checkpoint file is missing, truncated, corrupt or holds more than plain data.
+
+    Carries the file, so the trainer can print one line and, when asked, fall back to the
+    previous complete checkpoint.
+    """
+
+    def __init__(self, path: object, what: str) -> None:
+        self.path = str(path)
+        self.what = what
+        super().__init__(f"{self.path}: {what}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        # rebuilt from (path, what), so it survives pickling (Ray hands worker errors back)
+        return type(self), (self.path, self.what)
+
+
+class CorruptCheckpointError(CheckpointReadError):
+    """A checkpoint file that exists but whose content is damaged: truncated, not the format
+    it should be, or refused by its reader. ``path`` is the file, ``what`` what is wrong."""

@@ -12,7 +12,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mindrl.checkpoint.errors import ConversionError
+from mindrl.checkpoint.errors import CheckpointReadError, ConversionError, CorruptCheckpointError
+from mindrl.models.dtypes import dtype_long_name
 
 if TYPE_CHECKING:
     import torch
@@ -54,11 +55,13 @@ class HFCheckpointReader:
                 data = json.loads(index.read_text())
                 weight_map = dict(data["weight_map"])
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise ConversionError(f"{index} is not a valid safetensors index: {exc}") from exc
+                raise CorruptCheckpointError(
+                    index, f"not a valid safetensors index ({type(exc).__name__}: {exc})"
+                ) from exc
             for name, file in weight_map.items():
                 if not (self.dir / file).is_file():
-                    raise ConversionError(
-                        f"{index} maps tensor {name} to {file}, which does not exist"
+                    raise CheckpointReadError(
+                        self.dir / file, f"missing ({INDEX_FILE} maps tensor {name} to it)"
                     )
             return weight_map
         files = sorted(self.dir.glob("*.safetensors"))
@@ -78,12 +81,12 @@ class HFCheckpointReader:
 
         handle = self._handles.get(file)
         if handle is None:
+            path = self.dir / file
             try:
-                handle = safe_open(str(self.dir / file), framework="pt")
+                handle = safe_open(str(path), framework="pt")
             except Exception as exc:  # SafetensorError / OSError: truncated or not safetensors
-                raise ConversionError(
-                    f"cannot read {self.dir / file}: {exc} (corrupt or truncated?)"
-                ) from exc
+                what = safetensors_problem(path) or f"not a readable safetensors file ({exc})"
+                raise CorruptCheckpointError(path, what) from exc
             self._handles[file] = handle
         return handle
 
@@ -96,7 +99,13 @@ class HFCheckpointReader:
         return self._open(self.weight_map[name])
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._handle_for(name).get_slice(name).get_shape())
+        handle = self._handle_for(name)
+        try:
+            return tuple(handle.get_slice(name).get_shape())
+        except Exception as exc:  # the index names a file that does not hold the tensor
+            raise CorruptCheckpointError(
+                self.dir / self.weight_map[name], f"tensor {name} cannot be read ({exc})"
+            ) from exc
 
     def read(
         self, name: str, dim: int | None = None, start: int = 0, stop: int | None = None
@@ -111,16 +120,43 @@ class HFCheckpointReader:
             if dim == 1:
                 return view[:, start:stop]
         except Exception as exc:
-            raise ConversionError(f"cannot read tensor {name} from {self.dir}: {exc}") from exc
+            raise CorruptCheckpointError(
+                self.dir / self.weight_map[name], f"tensor {name} cannot be read ({exc})"
+            ) from exc
         raise ValueError(f"dim must be None, 0 or 1, not {dim}")
 
     def dtype_name(self) -> str:
         """The torch dtype name of the checkpoint's floating tensors (float32, bfloat16, ...)."""
         first = next(iter(self.weight_map))
-        return str(self.read(first).dtype).removeprefix("torch.")
+        return dtype_long_name(self.read(first).dtype)
 
     def close(self) -> None:
         self._handles.clear()
+
+
+def safetensors_problem(path: str | Path) -> str | None:
+    """What is wrong with a safetensors file's framing (too short, a header that does not fit
+    or is not JSON, data shorter than the header says), or None if the framing is sound."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size < 8:
+        return f"truncated: {size} bytes, not even the 8-byte header length"
+    with open(path, "rb") as fh:
+        header_len = int.from_bytes(fh.read(8), "little")
+        if 8 + header_len > size:
+            return f"truncated or corrupt: a {header_len}-byte header does not fit in {size} bytes"
+        raw = fh.read(header_len)
+    try:
+        header = json.loads(raw)
+        ends = [
+            int(entry["data_offsets"][1]) for key, entry in header.items() if key != "__metadata__"
+        ]
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        return f"corrupt header ({type(exc).__name__}: {exc})"
+    needed = 8 + header_len + max(ends, default=0)
+    if size < needed:
+        return f"truncated: {size} bytes, but its header needs {needed}"
+    return None
 
 
 SAFETENSORS_DTYPES = {

@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mindrl.checkpoint.atomic import atomic_write_text, commit_temp, prepare_temp, temp_sibling
-from mindrl.checkpoint.errors import ConversionError, checkpoint_errors, short_reason
+from mindrl.checkpoint.errors import (
+    CheckpointReadError,
+    ConversionError,
+    CorruptCheckpointError,
+    checkpoint_errors,
+    short_reason,
+)
+from mindrl.checkpoint.safe_load import check_dcp_folder
 from mindrl.config.model_arch import ModelArchConfig
 
 if TYPE_CHECKING:
@@ -33,6 +40,9 @@ if TYPE_CHECKING:
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 META_FILE = "mindrl_checkpoint.json"
+DIST_CONFIG_FILE = "metadata.json"  # dist_checkpointing's backend record
+DIST_METADATA_FILE = ".metadata"  # torch_dist: every tensor's file, offset and length
+COMMON_FILE = "common.pt"  # the non-sharded part of the state dict
 HF_ASSETS_DIR = "hf_assets"
 RELEASE = "release"
 FORMAT_VERSION = 1
@@ -71,9 +81,9 @@ class McoreCheckpointInfo:
                 format_version=int(data.get("format_version", FORMAT_VERSION)),
                 hf_config=data.get("hf_config"),
             )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConversionError(
-                f"{source} is not a valid mindrl checkpoint record: {exc}"
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CorruptCheckpointError(
+                source, f"not a valid mindrl checkpoint record ({type(exc).__name__}: {exc})"
             ) from exc
 
 
@@ -98,13 +108,16 @@ def read_tracker(root: Path) -> int | None:
             f"{root} is not a megatron checkpoint: {TRACKER_FILE} is missing "
             "(pass the checkpoint root or an iter_XXXXXXX / release folder)"
         )
-    text = tracker.read_text().strip()
-    if text == RELEASE:
-        return None
     try:
+        text = tracker.read_bytes().decode("utf-8").strip()
+        if text == RELEASE:
+            return None
         return int(text)
-    except ValueError as exc:
-        raise ConversionError(f"{tracker} holds {text!r}, not an iteration or 'release'") from exc
+    except (UnicodeDecodeError, ValueError) as exc:
+        shown = tracker.read_bytes()[:40]
+        raise CorruptCheckpointError(
+            tracker, f"holds {shown!r}, not an iteration number or 'release'"
+        ) from exc
 
 
 def resolve_iteration_dir(path: str | Path) -> Path:
@@ -116,7 +129,7 @@ def resolve_iteration_dir(path: str | Path) -> Path:
         return path
     iter_dir = path / iteration_dir_name(read_tracker(path))
     if not iter_dir.is_dir():
-        raise ConversionError(f"{path / TRACKER_FILE} names {iter_dir.name}, which is missing")
+        raise CheckpointReadError(iter_dir, f"missing (named by {path / TRACKER_FILE})")
     return iter_dir
 
 
@@ -128,9 +141,88 @@ def read_checkpoint_info(path: str | Path) -> McoreCheckpointInfo:
             f"{iter_dir} has no {META_FILE}: it was not written by mindrl, so its architecture "
             "is unknown"
         )
-    if not (iter_dir / "metadata.json").is_file():
-        raise ConversionError(f"{iter_dir} has no metadata.json: not a dist_checkpointing folder")
-    return McoreCheckpointInfo.from_json(meta.read_text(), str(meta))
+    if not (iter_dir / DIST_CONFIG_FILE).is_file():
+        raise CheckpointReadError(
+            iter_dir / DIST_CONFIG_FILE, "missing: not a dist_checkpointing folder"
+        )
+    try:
+        text = meta.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptCheckpointError(meta, f"not UTF-8 text (byte offset {exc.start})") from exc
+    return McoreCheckpointInfo.from_json(text, str(meta))
+
+
+def check_dist_checkpoint_files(iter_dir: str | Path) -> None:
+    """Check a dist_checkpointing folder's files before loading from it.
+
+    Raises ``CheckpointReadError`` for a missing file and ``CorruptCheckpointError`` for a
+    damaged one (invalid metadata.json, unreadable .metadata or common.pt, a shard shorter
+    than its index says), each naming the file, instead of the loader's traceback.
+    """
+    iter_dir = Path(iter_dir)
+    config_file = iter_dir / DIST_CONFIG_FILE
+    if not config_file.is_file():
+        raise CheckpointReadError(config_file, "missing: not a dist_checkpointing folder")
+    try:
+        config = json.loads(config_file.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CorruptCheckpointError(config_file, f"not valid JSON ({exc})") from exc
+    if not isinstance(config, dict) or "sharded_backend" not in config:
+        raise CorruptCheckpointError(config_file, "has no 'sharded_backend' entry")
+    _check_common_file(iter_dir / COMMON_FILE)
+    torch_dist = config["sharded_backend"] == "torch_dist"
+    index = iter_dir / DIST_METADATA_FILE
+    if torch_dist and not index.is_file():
+        raise CheckpointReadError(index, "missing (the index of the tensor shards)")
+    try:  # .metadata through an allow-list unpickler first: a crafted file runs no code
+        check_dcp_folder(iter_dir)
+    except CheckpointReadError as exc:
+        raise CorruptCheckpointError(exc.path, exc.what) from exc
+    if torch_dist:
+        _check_torch_dist_files(iter_dir)
+
+
+def _check_common_file(path: Path) -> None:
+    import pickle
+
+    import torch
+
+    if not path.is_file():
+        raise CheckpointReadError(path, "missing (the non-sharded part of the checkpoint)")
+    try:
+        torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CorruptCheckpointError(
+            path, f"refused: not plain data ({short_reason(exc)})"
+        ) from exc
+    except (RuntimeError, EOFError, ValueError, OSError) as exc:
+        first = short_reason(exc).split(". ")[0]  # torch's zip errors run on for lines
+        raise CorruptCheckpointError(path, f"unreadable ({first})") from exc
+
+
+def _check_torch_dist_files(iter_dir: Path) -> None:
+    """Every shard file .metadata lists exists and is at least as long as its index says
+    (.metadata has passed ``check_dcp_folder``'s allow-list, so torch's reader may load it)."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    index = iter_dir / DIST_METADATA_FILE
+    try:
+        metadata = FileSystemReader(str(iter_dir)).read_metadata()
+        needed: dict[str, int] = {}
+        for item in metadata.storage_data.values():
+            end = int(item.offset) + int(item.length)
+            needed[item.relative_path] = max(needed.get(item.relative_path, 0), end)
+    except Exception as exc:  # a pickle of torch's metadata classes: many ways to be broken
+        raise CorruptCheckpointError(index, f"unreadable ({short_reason(exc)})") from exc
+    for name, size in sorted(needed.items()):
+        shard = iter_dir / name
+        if not shard.is_file():
+            raise CheckpointReadError(shard, f"missing (listed in {DIST_METADATA_FILE})")
+        actual = shard.stat().st_size
+        if actual < size:
+            raise CorruptCheckpointError(
+                shard, f"truncated: {actual} bytes, but {DIST_METADATA_FILE} needs {size}"
+            )
 
 
 def _state_dict_keys(n_chunks: int) -> list[str]:
@@ -148,7 +240,8 @@ def model_sharded_state_dict(model_chunks: Sequence[Any]) -> dict[str, Any]:
 
 
 def _params_dtype_of(model_chunks: Sequence[Any]) -> str:
-    from mindrl.models.gpt import dtype_short_name, unwrap_model
+    from mindrl.models.dtypes import dtype_short_name
+    from mindrl.models.gpt import unwrap_model
 
     param = next(unwrap_model(model_chunks[0]).parameters())
     return dtype_short_name(param.dtype)
@@ -271,21 +364,29 @@ def load_mcore_checkpoint(
     strict: bool = True,
 ) -> McoreCheckpointInfo:
     """Collective: load a checkpoint (root or iteration folder) into the model chunks, at
-    whatever TP/PP the chunks were built with. Returns the checkpoint's recorded info."""
+    whatever TP/PP the chunks were built with. Returns the checkpoint's recorded info.
+
+    A missing file raises ``CheckpointReadError``, a truncated or corrupt one
+    ``CorruptCheckpointError`` (both name the file); an architecture that does not match
+    ``arch`` raises ``ConversionError``.
+    """
     from megatron.core import dist_checkpointing
 
+    from mindrl.checkpoint.safe_load import check_dcp_folder
     from mindrl.models.gpt import unwrap_model
 
     iter_dir = resolve_iteration_dir(path)
     info = read_checkpoint_info(iter_dir)
     if arch is not None:
         check_arch_matches(arch, info.arch, str(iter_dir))
+    check_dist_checkpoint_files(iter_dir)
+    check_dcp_folder(iter_dir)  # its pickled parts hold plain data only
     request = model_sharded_state_dict(model_chunks)
     try:
         state = dist_checkpointing.load(request, str(iter_dir))
     except checkpoint_errors() as exc:
-        raise ConversionError(
-            f"cannot load megatron checkpoint {iter_dir}: {short_reason(exc)}"
+        raise CorruptCheckpointError(
+            iter_dir, f"megatron checkpoint cannot be loaded ({short_reason(exc)})"
         ) from exc
     for key, chunk in zip(_state_dict_keys(len(model_chunks)), model_chunks):
         unwrap_model(chunk).load_state_dict(state[key], strict=strict)
@@ -293,6 +394,6 @@ def load_mcore_checkpoint(
 
 
 def tensor_dtype(info: McoreCheckpointInfo) -> torch.dtype:
-    from mindrl.models.gpt import torch_dtype
+    from mindrl.models.dtypes import torch_dtype
 
     return torch_dtype(info.params_dtype)

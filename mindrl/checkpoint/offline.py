@@ -34,7 +34,7 @@ from typing import Any
 
 from mindrl.accelerator.device import peak_rss_bytes
 from mindrl.checkpoint.atomic import atomic_directory, check_new_target
-from mindrl.checkpoint.errors import ConversionError, checkpoint_errors, short_reason
+from mindrl.checkpoint.errors import ConversionError
 from mindrl.checkpoint.hf_io import (
     DEFAULT_MAX_SHARD_BYTES,
     HFCheckpointReader,
@@ -45,21 +45,23 @@ from mindrl.checkpoint.hf_io import (
 )
 from mindrl.checkpoint.mapping import (
     IGNORED_HF_SUFFIXES,
-    BoundRule,
     bound_rules,
     hf_output_plan,
 )
 from mindrl.checkpoint.mcore_io import (
     HF_ASSETS_DIR,
     McoreCheckpointInfo,
+    check_dist_checkpoint_files,
     megatron_core_version,
     read_checkpoint_info,
     resolve_iteration_dir,
     write_iteration_dir,
 )
+from mindrl.checkpoint.mcore_read import load_group, load_groups
 from mindrl.checkpoint.transforms import hf_to_mcore_pieces, mcore_to_hf
 from mindrl.config.model_arch import ModelArchConfig
-from mindrl.models.gpt import dtype_short_name, torch_dtype, validate_parallel_layout
+from mindrl.models.dtypes import dtype_short_name, torch_dtype
+from mindrl.models.gpt import validate_parallel_layout
 from mindrl.models.hf_arch import arch_from_hf_config, hf_config_from_arch, read_hf_config
 
 
@@ -72,6 +74,23 @@ class ConversionResult:
     tensors: int
     bytes_written: int
     peak_rss_bytes: int  # this process's RSS high-water mark (VmHWM)
+
+
+def check_separate_dirs(load_dir: str | Path, save_dir: str | Path) -> None:
+    """The output folder must be neither the input folder, inside it, nor around it."""
+    load, save = Path(load_dir).resolve(), Path(save_dir).resolve()
+    if save == load:
+        raise ConversionError(
+            f"--save-dir {save_dir} is the --load-dir itself; choose a new folder"
+        )
+    if load in save.parents:
+        raise ConversionError(
+            f"--save-dir {save_dir} is inside --load-dir {load_dir}; write the output elsewhere"
+        )
+    if save in load.parents:
+        raise ConversionError(
+            f"--load-dir {load_dir} is inside --save-dir {save_dir}; choose a new folder"
+        )
 
 
 def _progress(items: list[Any], desc: str, enabled: bool) -> Any:
@@ -217,6 +236,7 @@ def convert_hf_to_mcore(
     """
     start = time.perf_counter()
     hf_dir, save_dir = Path(hf_dir), Path(save_dir)
+    check_separate_dirs(hf_dir, save_dir)
     check_new_target(save_dir)
     arch = hf_arch_with_flags(hf_dir, model_type_hf=model_type_hf, add_qkv_bias=add_qkv_bias)
     try:
@@ -275,115 +295,6 @@ def _check_all_filled(sharded: dict[str, Any]) -> None:
                 raise ConversionError(f"megatron parameter {name} has no HF source tensor")
 
 
-LOAD_GROUP_BYTES = 256 * 1024**2
-
-
-def _rule_bytes(bound: BoundRule, itemsize: int) -> int:
-    total = 0
-    for shape in bound.hf_shapes:
-        n = itemsize
-        for dim in shape:
-            n *= dim
-        total += n
-    return total
-
-
-def _load_groups(arch: ModelArchConfig, itemsize: int) -> list[list[BoundRule]]:
-    """Rules grouped for one dist_checkpointing read each: whole layers (and the non-layer
-    tensors) up to LOAD_GROUP_BYTES, so the reader holds about one layer of a large model
-    while small models are read in a few calls."""
-    segments: list[list[BoundRule]] = []
-    for bound in bound_rules(arch):  # export order: embedding, layer 0..L-1, norm, output
-        if segments and segments[-1][0].layer == bound.layer:
-            segments[-1].append(bound)
-        else:
-            segments.append([bound])
-    if not _partial_loads_supported():
-        return [[b for rules in segments for b in rules]]
-    groups: list[list[BoundRule]] = []
-    size = 0
-    for rules in segments:
-        rules_size = sum(_rule_bytes(b, itemsize) for b in rules)
-        if groups and size + rules_size <= LOAD_GROUP_BYTES:
-            groups[-1].extend(rules)
-            size += rules_size
-        else:
-            groups.append(list(rules))
-            size = rules_size
-    return groups
-
-
-def _partial_loads_supported() -> bool:
-    """megatron-core >= 0.14 loads irregular shards (per-shard path); older releases need the
-    whole model requested in one load from a single process."""
-    from megatron.core.dist_checkpointing.mapping import ShardedTensor
-
-    return hasattr(ShardedTensor, "has_regular_grid")
-
-
-def _irregular(sh: Any) -> Any:
-    """The same shard as a ShardedTensor without prepended axes or a regular grid.
-
-    megatron-core describes a stacked-layer shard on a regular grid over all layers; a world
-    of one process that asks for only some layers then trips torch's sharded-tensor metadata
-    check (the missing shards would be placed on this same rank). An irregular shard takes the
-    newer per-shard path, which reads any subset.
-    """
-    from megatron.core.dist_checkpointing.mapping import ShardedTensor
-
-    shape = (1,) * sh.prepend_axis_num + tuple(sh.local_shape)
-    return ShardedTensor(
-        key=sh.key,
-        data=sh.data.reshape(shape),
-        dtype=sh.dtype,
-        local_shape=shape,
-        global_shape=tuple(sh.global_shape),
-        global_offset=tuple(sh.global_offset),
-        axis_fragmentations=None,
-        replica_id=sh.replica_id,
-        prepend_axis_num=0,
-        allow_shape_mismatch=sh.allow_shape_mismatch,
-    )
-
-
-def _load_group(sharded: dict[str, Any], group: list[BoundRule], iter_dir: Path) -> dict[str, Any]:
-    """Read the (TP=1) tensors of one rule group from a dist_checkpointing folder."""
-    import torch
-    from megatron.core import dist_checkpointing
-    from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
-
-    request: dict[str, Any] = {}
-    out: dict[str, Any] = {}
-    for bound in group:
-        entry = sharded.get(bound.mcore)
-        if isinstance(entry, ShardedTensorFactory):
-            # the factory's shards are chunks of one buffer: loading fills it in place
-            buffer = torch.empty(entry.data.shape, dtype=entry.data.dtype)
-            shards = sorted(
-                dataclasses.replace(entry, data=buffer).build(), key=lambda sh: sh.global_offset
-            )
-        elif isinstance(entry, ShardedTensor):
-            buffer = torch.empty(tuple(entry.local_shape), dtype=entry.dtype)
-            shards = [dataclasses.replace(entry, data=buffer)]
-        else:
-            raise ConversionError(f"megatron-core model has no parameter {bound.mcore}")
-        out[bound.mcore] = buffer
-        for i, sh in enumerate(shards):
-            request[f"{bound.mcore}#{i}"] = _irregular(sh) if _partial_loads_supported() else sh
-    try:
-        loaded = dist_checkpointing.load(request, str(iter_dir), validate_access_integrity=False)
-    except checkpoint_errors() as exc:
-        names = list(out)
-        what = names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1} more)"
-        raise ConversionError(
-            f"cannot read {what} from megatron checkpoint {iter_dir}: {short_reason(exc)}"
-        ) from exc
-    for key, sh in request.items():
-        if loaded[key].data_ptr() != sh.data.data_ptr():  # loaded elsewhere: copy into place
-            sh.data.copy_(loaded[key].reshape(sh.data.shape))
-    return out
-
-
 def convert_mcore_to_hf(
     load_dir: str | Path,
     save_dir: str | Path,
@@ -402,21 +313,23 @@ def convert_mcore_to_hf(
     """
     start = time.perf_counter()
     save_dir = Path(save_dir)
+    check_separate_dirs(load_dir, save_dir)
     check_new_target(save_dir)
     iter_dir = resolve_iteration_dir(load_dir)
     info = read_checkpoint_info(iter_dir)
+    check_dist_checkpoint_files(iter_dir)
     arch = info.arch
     out_dtype = torch_dtype(params_dtype or info.params_dtype)
     out_dtype_name = str(out_dtype).removeprefix("torch.")
     assets = Path(hf_assets_dir) if hf_assets_dir else iter_dir / HF_ASSETS_DIR
-    groups = _load_groups(arch, torch_dtype(info.params_dtype).itemsize)
+    groups = load_groups(arch, torch_dtype(info.params_dtype).itemsize)
     n_tensors = 0
     with single_process_world(), atomic_directory(save_dir) as temp:
         sharded = meta_sharded_state_dict(arch, info.params_dtype)
         writer = HFShardWriter(temp, hf_output_plan(arch), out_dtype, max_shard_size)
         try:
             for group in _progress(groups, "mcore->hf", progress):
-                loaded = _load_group(sharded, group, iter_dir)
+                loaded = load_group(sharded, group, iter_dir)
                 for bound in group:
                     for name, tensor in mcore_to_hf(bound, [loaded[bound.mcore]], arch).items():
                         writer.add(name, tensor)
@@ -460,9 +373,11 @@ def convert_mcore_to_mcore(
     """
     start = time.perf_counter()
     save_dir = Path(save_dir)
+    check_separate_dirs(load_dir, save_dir)
     check_new_target(save_dir)
     iter_dir = resolve_iteration_dir(load_dir)
     info = read_checkpoint_info(iter_dir)
+    check_dist_checkpoint_files(iter_dir)
     arch = info.arch
     try:
         validate_parallel_layout(arch, target_tensor_parallel_size, target_pipeline_parallel_size)
@@ -481,7 +396,7 @@ def convert_mcore_to_mcore(
     assets = iter_dir / HF_ASSETS_DIR
     with single_process_world(), atomic_directory(save_dir) as temp:
         source = meta_sharded_state_dict(arch, info.params_dtype)
-        loaded = _load_group(source, rules, iter_dir)  # whole model: the save needs it all
+        loaded = load_group(source, rules, iter_dir)  # whole model: the save needs it all
         target = meta_sharded_state_dict(arch, dtype_name)
         nbytes = 0
         for bound in _progress(rules, "mcore->mcore", progress):

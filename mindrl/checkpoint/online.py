@@ -25,7 +25,8 @@ from mindrl.checkpoint.hf_io import (
 from mindrl.checkpoint.mapping import BoundRule, Split, bound_rules, hf_output_plan, te_name
 from mindrl.checkpoint.transforms import hf_to_mcore_pieces, mcore_to_hf
 from mindrl.config.model_arch import ModelArchConfig
-from mindrl.models.gpt import torch_dtype, unwrap_model
+from mindrl.models.dtypes import dtype_long_name, torch_dtype
+from mindrl.models.gpt import unwrap_model
 from mindrl.models.hf_arch import arch_from_hf_config, hf_config_from_arch
 
 if TYPE_CHECKING:
@@ -259,7 +260,7 @@ def export_mcore_to_hf(
             config = _export_config(arch, hf_assets_dir, hf_config)
             if hf_assets_dir is not None:
                 copy_hf_assets(hf_assets_dir, temp)  # type: ignore[arg-type]
-            write_hf_config(temp, config, str(out_dtype).removeprefix("torch."))  # type: ignore[arg-type]
+            write_hf_config(temp, config, dtype_long_name(out_dtype))  # type: ignore[arg-type]
         dist.barrier()
         if rank == 0:
             commit_temp(temp, out_dir, overwrite=overwrite)  # type: ignore[arg-type]

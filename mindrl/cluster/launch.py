@@ -6,12 +6,18 @@
     python -m mindrl.cluster.launch stop --temp-dir DIR --root-pid P [--grace S] [--record FILE]
     python -m mindrl.cluster.launch detect-devices [--type auto|npu|gpu|cpu]
     python -m mindrl.cluster.launch node-ip
+    python -m mindrl.cluster.launch watchdog --pid DRIVER [--grace S]   (stdin: a pipe)
 
 `stop` ends only the processes a script started: the process trees under the PIDs the script
 launched (`ray start --block`, the driver), plus the Ray processes whose command line names the
 node's own `--temp-dir` (a folder the script dedicates to that node), plus the Ray workers whose
 raylet is one of those. `ray stop` is never used: it ends every Ray process of the user on the
 machine, other people's clusters included.
+
+`watchdog` is started by a driver that runs an embedded Ray cluster (`start_or_connect`): it
+remembers the driver's process tree and, when the driver disappears without saying "stop" on
+the pipe (SIGKILL, OOM killer), ends that tree by PID. Ray's agents would otherwise outlive a
+killed driver by minutes (they try to report the raylet's death to the dead GCS first).
 
 Every wait is bounded by its timeout; Ray is imported only by the subcommands that connect.
 """
@@ -23,6 +29,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -323,6 +330,107 @@ def _signal(procs: Iterable[psutil.Process], sig: int) -> None:
             p.send_signal(sig)  # psutil refuses a PID that was reused by another process
 
 
+# -- watchdog -------------------------------------------------------------------------------------
+
+WATCHDOG_STOP = b"stop\n"
+
+
+def _running(proc: psutil.Process) -> bool:
+    """Still running (psutil compares the start time, so a reused PID is not mistaken)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _descendants(procs: Iterable[psutil.Process], exclude: set[int]) -> dict[int, psutil.Process]:
+    """`procs` still running plus all their running descendants, minus the PIDs in `exclude`."""
+    found: dict[int, psutil.Process] = {}
+    for proc in procs:
+        if not _running(proc):
+            continue
+        found.setdefault(proc.pid, proc)
+        with contextlib.suppress(psutil.Error):
+            for child in proc.children(recursive=True):
+                found.setdefault(child.pid, child)
+    return {pid: p for pid, p in found.items() if pid not in exclude}
+
+
+def end_process_tree(
+    procs: Iterable[psutil.Process], grace_s: float, exclude: set[int] | None = None
+) -> list[psutil.Process]:
+    """SIGTERM `procs` and their descendants, SIGKILL what is still there after `grace_s`.
+
+    Returns the processes that were signalled. PIDs in `exclude` are never touched.
+    """
+    skip = set(exclude or ()) | {os.getpid()}
+    targets = _descendants(procs, skip)
+    _signal(targets.values(), signal.SIGTERM)
+    _wait_gone(list(targets.values()), grace_s)
+    # children forked meanwhile, and whatever ignored SIGTERM
+    late = _descendants(targets.values(), skip)
+    _signal(late.values(), signal.SIGKILL)
+    _wait_gone(list(late.values()), 2.0)
+    return list({**targets, **late}.values())
+
+
+def watch_driver(
+    pid: int,
+    grace_s: float = 2.0,
+    poll_s: float = 0.25,
+    snapshot_s: float = 1.0,
+    stop_fd: int | None = None,
+) -> int:
+    """Watch driver `pid`; when it is gone, end the processes it had started, by PID.
+
+    The driver's process tree is recorded every `snapshot_s` while it lives (Ray re-parents
+    nothing while the driver is up; after a SIGKILL its agents are orphans, found only through
+    this record). `stop_fd` (default stdin) is a pipe from the driver: "stop" there means a
+    clean shutdown, so nothing is touched. Death is noticed within `poll_s` (EOF on the pipe
+    or the PID gone); everything is over within about `grace_s` + 2 s after that.
+    """
+    try:
+        driver = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return 0
+    me = os.getpid()
+    fd = sys.stdin.fileno() if stop_fd is None else stop_fd
+    pipe_open = True
+    seen: dict[int, psutil.Process] = {}
+    next_snapshot = 0.0
+    while True:
+        if time.monotonic() >= next_snapshot:
+            seen = {pid: p for pid, p in seen.items() if _running(p)}  # orphans stay
+            with contextlib.suppress(psutil.Error):
+                for child in driver.children(recursive=True):
+                    if child.pid != me:
+                        seen.setdefault(child.pid, child)
+            next_snapshot = time.monotonic() + snapshot_s
+        if pipe_open:
+            ready, _, _ = select.select([fd], [], [], poll_s)
+            if ready:
+                data = os.read(fd, 4096)
+                if WATCHDOG_STOP.strip() in data:
+                    return 0
+                if not data:
+                    pipe_open = False  # the driver closed it: dead, or forked children hold it
+        else:
+            time.sleep(poll_s)
+        if not _running(driver):
+            break
+    left = [p for p in seen.values() if _running(p)]
+    if not left:
+        return 0
+    stopped = end_process_tree(left, grace_s, exclude={me})
+    print(
+        f"[mindrl.watchdog] driver pid {pid} is gone: stopped {len(stopped)} process(es) it "
+        f"had started",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 0
+
+
 # -- devices --------------------------------------------------------------------------------------
 
 
@@ -428,6 +536,10 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--type", default="auto", choices=("auto", "npu", "gpu", "cpu"))
 
     sub.add_parser("node-ip", help="print this node's IP as Ray sees it")
+
+    wd = sub.add_parser("watchdog", help="end a driver's process tree when the driver dies")
+    wd.add_argument("--pid", type=int, required=True, help="the driver to watch")
+    wd.add_argument("--grace", type=float, default=2.0, help="seconds between SIGTERM and SIGKILL")
     return p
 
 
@@ -454,6 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "node-ip":
         print(node_ip())
         return 0
+    if args.cmd == "watchdog":
+        return watch_driver(args.pid, grace_s=args.grace)
     return 2
 
 

@@ -89,15 +89,27 @@ def describe_bundle_nodes(pgs: dict[str, PlacementGroup]) -> str:
     return "\n".join(lines)
 
 
-def remove_placement_groups(pgs: dict[str, PlacementGroup]) -> None:
-    """Release the reservations (safe on groups that are already removed)."""
+def remove_placement_groups(pgs: dict[str, PlacementGroup], timeout_s: float = 10.0) -> None:
+    """Release the reservations (safe on groups that are already removed).
+
+    Bounded: Ray's call waits for its control plane without a timeout, and when the cluster
+    is already going down (a stop signal reached its processes) nothing is left to release;
+    the call then runs out in a daemon thread instead of holding the driver.
+    """
+    import threading
+
     from ray.util.placement_group import remove_placement_group
 
-    for pg in pgs.values():
-        try:
-            remove_placement_group(pg)
-        except Exception:  # already removed or the cluster is gone: nothing left to release
-            pass
+    def release() -> None:
+        for pg in list(pgs.values()):
+            try:
+                remove_placement_group(pg)
+            except Exception:  # already removed or the cluster is gone: nothing to release
+                pass
+
+    worker = threading.Thread(target=release, name="remove-placement-groups", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
     pgs.clear()
 
 

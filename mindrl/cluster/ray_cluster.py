@@ -7,7 +7,10 @@
         ...
 
 - `runtime.ray_address` None: an embedded single-node cluster (`ray.init(num_cpus=...)`), stopped
-  on exit. The dashboard is off unless asked for, and then binds 127.0.0.1 unless configured.
+  on exit. Every Ray process of it listens on 127.0.0.1 only (see `LOOPBACK_ONLY_ENV`); the
+  dashboard is off unless asked for, and then binds `runtime.ray_dashboard_host` (127.0.0.1).
+  A watchdog process (`python -m mindrl.cluster.launch watchdog`) ends the cluster's processes
+  by PID if the driver is killed before it can stop them.
 - `runtime.ray_address` "auto" or host:port: connect to a cluster started with `ray start`; on exit
   the driver only disconnects (`ray.shutdown()` in a connected driver leaves the cluster up).
 - Ray already initialised in this process by someone else: reuse it and touch nothing on exit.
@@ -18,7 +21,11 @@ Workers get the driver's mindrl-relevant environment (see `worker_env_vars`) thr
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +35,18 @@ from mindrl.cluster.placement import ClusterResources
 from mindrl.config.run import RuntimeConfig
 
 NAMESPACE = "mindrl"
+LOOPBACK = "127.0.0.1"
+
+logger = logging.getLogger(__name__)
+
+# On Linux Ray turns a node IP of 127.0.0.1 into the machine's routable address
+# (`ray._private.services.resolve_ip_for_localhost`), and its gRPC servers (GCS, raylet, object
+# manager, core workers), the dashboard and runtime-env agents and the metrics exporters bind
+# loopback only when the node IP *is* loopback, all interfaces otherwise. Ray's switch for a
+# loopback-only local node is this variable (what it does by default on macOS / Windows); Ray
+# reads it when `ray` is imported, so it must be set before that. It also makes `ray start`
+# refuse to join other nodes, so it is used for the embedded single-node cluster only.
+LOOPBACK_ONLY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 # Driver variables that workers need to behave like the driver (offline hubs, asset cache,
 # vLLM knobs). Names that look like secrets are never shipped: runtime_env is stored in the GCS.
@@ -83,6 +102,7 @@ def ray_init_kwargs(
         kwargs["address"] = runtime.ray_address
         return kwargs
     kwargs["num_cpus"] = int(runtime.ray_num_cpus or os.cpu_count() or 1)
+    kwargs["_node_ip_address"] = LOOPBACK  # kept only with LOOPBACK_ONLY_ENV (see above)
     kwargs["include_dashboard"] = bool(runtime.ray_dashboard)
     if runtime.ray_dashboard:
         kwargs["dashboard_host"] = runtime.ray_dashboard_host
@@ -100,6 +120,54 @@ def alive_nodes() -> list[dict[str, Any]]:
     return [n for n in ray.nodes() if n.get("Alive")]
 
 
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1, or an IPv4-mapped loopback (::ffff:127.0.0.1); "localhost" too."""
+    if host == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+def start_watchdog(driver_pid: int | None = None) -> subprocess.Popen:
+    """A separate process that ends this driver's process tree by PID if the driver dies
+    without stopping its cluster (`stop_watchdog` tells it the shutdown was clean).
+
+    Own session, so a Ctrl-C meant for the driver does not end it first; its stdin is the
+    pipe it watches.
+    """
+    env = dict(os.environ)
+    paths = [str(repo_root())] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    cmd = [sys.executable, "-m", "mindrl.cluster.launch", "watchdog"]
+    cmd += ["--pid", str(driver_pid or os.getpid())]
+    return subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, start_new_session=True
+    )
+
+
+def stop_watchdog(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
+    """Tell the watchdog the cluster was stopped cleanly, and wait for it to leave."""
+    if proc is None or proc.poll() is not None:
+        return
+    from mindrl.cluster.launch import WATCHDOG_STOP
+
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(WATCHDOG_STOP)
+        proc.stdin.close()
+    except (OSError, ValueError):
+        pass
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def is_single_node() -> bool:
     """True when the connected cluster has one alive node (then 127.0.0.1 is a valid master)."""
     return len(alive_nodes()) == 1
@@ -114,6 +182,7 @@ class RayCluster:
     embedded: bool  # we started a fresh single-node cluster in this process
     owns_connection: bool  # we called ray.init, so we call ray.shutdown
     init_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
+    watchdog: subprocess.Popen | None = field(default=None, repr=False)
     _closed: bool = field(default=False, repr=False)
 
     @property
@@ -140,10 +209,10 @@ class RayCluster:
     def master_addr(self) -> str | None:
         """torch.distributed master address for worker groups.
 
-        One node: `runtime.master_addr` (127.0.0.1 by default: Ray reports eth0's address even on
-        a single box, and loopback is what a single-node gloo rendezvous should use). Several
-        nodes: None, meaning "the IP of the node hosting rank 0", which the worker group asks
-        that node for (`WorkerGroup(master_addr=None)`).
+        One node: `runtime.master_addr` (127.0.0.1 by default: a single-node gloo rendezvous
+        belongs on loopback, and a `ray start` node on one box reports its routable address).
+        Several nodes: None, meaning "the IP of the node hosting rank 0", which the worker group
+        asks that node for (`WorkerGroup(master_addr=None)`).
         """
         return self.runtime.master_addr if self.is_single_node() else None
 
@@ -152,10 +221,13 @@ class RayCluster:
         if self._closed:
             return
         self._closed = True
-        if self.owns_connection:
-            import ray
+        try:
+            if self.owns_connection:
+                import ray
 
-            ray.shutdown()
+                ray.shutdown()
+        finally:
+            stop_watchdog(self.watchdog)
 
     def __enter__(self) -> RayCluster:
         return self
@@ -170,17 +242,37 @@ def start_or_connect(runtime: RuntimeConfig, accelerator: Accelerator) -> RayClu
     If Ray is already initialised in this process (a test fixture, an outer launcher), that
     session is reused and left running on exit.
     """
+    embedded = not runtime.ray_address
+    if embedded and "ray" not in sys.modules:
+        os.environ.update(LOOPBACK_ONLY_ENV)
     import ray
 
     if ray.is_initialized():
         return RayCluster(runtime, accelerator, embedded=False, owns_connection=False)
     kwargs = ray_init_kwargs(runtime, accelerator)
     use_token_auth_for_address(runtime.ray_address)
+    from mindrl import logs
+
+    if logs.driver_logging_active():
+        logs.route_ray_driver_logs()  # Ray's driver-side lines go to the run's log file
+        kwargs["configure_logging"] = False
     ray.init(**kwargs)
-    return RayCluster(
-        runtime,
-        accelerator,
-        embedded=not runtime.ray_address,
-        owns_connection=True,
-        init_kwargs=kwargs,
+    cluster = RayCluster(
+        runtime, accelerator, embedded=embedded, owns_connection=True, init_kwargs=kwargs
     )
+    if embedded:
+        node_ip = ray.util.get_node_ip_address()
+        if not is_loopback(node_ip):
+            logger.warning(
+                "the embedded Ray cluster's node IP is %s, so its processes listen on all "
+                "interfaces: Ray was imported before start_or_connect could set %s (set it in "
+                "the environment to keep them on 127.0.0.1)",
+                node_ip,
+                " ".join(f"{k}={v}" for k, v in LOOPBACK_ONLY_ENV.items()),
+            )
+        try:
+            cluster.watchdog = start_watchdog()
+        except BaseException:
+            cluster.shutdown()
+            raise
+    return cluster

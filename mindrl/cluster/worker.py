@@ -17,10 +17,24 @@ import sys
 from typing import Any
 
 
+def apply_thread_budget() -> None:
+    """torch's intra-op threads from `MINDRL_NUM_THREADS` (the driver sets it per worker from
+    its bundle's CPUs), before any engine or model starts (vLLM later makes
+    `torch.set_num_threads` a no-op)."""
+    threads = int(os.environ.get("MINDRL_NUM_THREADS", "0"))
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 class Worker:
     """Reads its place in the group from the environment; subclasses add the real work."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from mindrl.logs import setup_worker_logging  # OUTPUT_DIR/logs; before vLLM loads
+
+        setup_worker_logging()
         env = os.environ
         self.role = env.get("MINDRL_ROLE", "worker")
         self.rank = int(env.get("RANK", "0"))
@@ -30,6 +44,7 @@ class Worker:
         self.master_addr = env.get("MASTER_ADDR", "127.0.0.1")
         self.master_port = int(env.get("MASTER_PORT", "0"))
         self._dp_rank: int | None = None
+        apply_thread_budget()
 
     # -- identity / liveness ------------------------------------------------------------------
     def ping(self) -> int:

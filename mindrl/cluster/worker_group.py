@@ -15,94 +15,29 @@ blocks forever.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from mindrl.cluster.calls import (
+    POLL_S,
+    Method,
+    error_reason,
+    free_port,
+    probe_node,
+    share,
+    split_evenly,
+)
 from mindrl.cluster.errors import (
-    PlacementGroupTimeout,
     WorkerCallError,
     WorkerFailure,
     WorkerGroupError,
     WorkerTimeout,
 )
-from mindrl.cluster.placement_groups import (
-    bundle_indices,
-    cpus_per_worker,
-    create_placement_group,
-    create_placement_groups,
-    describe_bundle_nodes,
-    devices_per_worker,
-    remove_placement_groups,
-)
-from mindrl.cluster.worker import Worker
 
 if TYPE_CHECKING:
     from ray import ObjectRef
     from ray.util.placement_group import PlacementGroup
-
-__all__ = [
-    "PlacementGroupTimeout",
-    "Worker",
-    "WorkerCallError",
-    "WorkerFailure",
-    "WorkerGroup",
-    "WorkerGroupError",
-    "WorkerTimeout",
-    "bundle_indices",
-    "cpus_per_worker",
-    "create_placement_group",
-    "create_placement_groups",
-    "describe_bundle_nodes",
-    "devices_per_worker",
-    "remove_placement_groups",
-    "split_evenly",
-]
-
-_POLL_S = 1.0  # longest single ray.wait: bounds how late a deadline is noticed
-_SCALARS = (int, float, str, bool, type(None))
-
-
-def split_evenly(items: Sequence, parts: int) -> list[Sequence]:
-    """`parts` contiguous equal slices of `items` (lists, tuples, tensors along dim 0)."""
-    n = len(items)
-    if parts < 1 or n % parts:
-        raise ValueError(
-            f"cannot split {n} items evenly over {parts} data-parallel rank(s); make the batch "
-            f"a multiple of the data-parallel size"
-        )
-    size = n // parts
-    return [items[i * size : (i + 1) * size] for i in range(parts)]
-
-
-def _free_port() -> int:
-    """A TCP port free on this node right now (bind to port 0 on every interface)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
-
-
-def _probe_node() -> tuple[str, int]:
-    """Runs on rank 0's bundle: that node's IP (as Ray knows it) and a port free there."""
-    import ray
-
-    return ray.util.get_node_ip_address(), _free_port()
-
-
-def _share(value: Any) -> Any:
-    """An object-store reference for a payload several ranks receive (scalars stay inline)."""
-    import ray
-
-    if isinstance(value, (*_SCALARS, ray.ObjectRef)):
-        return value
-    return ray.put(value)
-
-
-def _reason(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = " ".join(lines) or type(exc).__name__
-    return text if len(text) <= 1200 else text[:1200] + " ..."
 
 
 class WorkerGroup:
@@ -193,11 +128,11 @@ class WorkerGroup:
     # -- set-up helpers -----------------------------------------------------------------------
     def _resolve_master(self, addr: str | None, port: int | None) -> tuple[str, int]:
         if addr is not None:
-            return addr, int(port or _free_port())
+            return addr, int(port or free_port())
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        probe = ray.remote(num_cpus=0)(_probe_node).options(
+        probe = ray.remote(num_cpus=0)(probe_node).options(
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 placement_group=self.pg, placement_group_bundle_index=self.bundle_indices[0]
             )
@@ -235,12 +170,13 @@ class WorkerGroup:
             raise IndexError(f"{self.role}: rank {rank} out of range 0..{self.world_size - 1}")
         return self._actors[rank]
 
-    def _submit(self, rank: int, method: str, args: Sequence, kwargs: dict) -> ObjectRef:
+    def _submit(self, rank: int, method: Method, args: Sequence, kwargs: dict) -> ObjectRef:
+        method = method if isinstance(method, str) else method.__name__
         ref = getattr(self._handle(rank), method).remote(*args, **kwargs)
         self._calls[ref] = (rank, method)
         return ref
 
-    def _submit_all(self, method: str, args: Sequence, kwargs: dict, share: bool) -> list:
+    def _submit_all(self, method: Method, args: Sequence, kwargs: dict, share: bool) -> list:
         if share:
             args, kwargs = self._share_all(args, kwargs)
         return [self._submit(r, method, args, kwargs) for r in range(self.world_size)]
@@ -249,25 +185,25 @@ class WorkerGroup:
         """Store arguments every rank receives once in the object store, not once per rank."""
         if self.world_size == 1:
             return list(args), dict(kwargs)
-        return [_share(a) for a in args], {k: _share(v) for k, v in kwargs.items()}
+        return [share(a) for a in args], {k: share(v) for k, v in kwargs.items()}
 
-    def execute_all_async(self, method: str, *args: Any, **kwargs: Any) -> list[ObjectRef]:
+    def execute_all_async(self, method: Method, *args: Any, **kwargs: Any) -> list[ObjectRef]:
         """Call `method(*args, **kwargs)` on every rank; refs in rank order (see `gather`)."""
         return self._submit_all(method, args, kwargs, share=True)
 
-    def execute_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+    def execute_all(self, method: Method, *args: Any, **kwargs: Any) -> list[Any]:
         """Call `method` on every rank with the same arguments; results in rank order."""
         return self.gather(self.execute_all_async(method, *args, **kwargs))
 
-    def execute_rank_async(self, rank: int, method: str, *args: Any, **kwargs: Any) -> ObjectRef:
+    def execute_rank_async(self, rank: int, method: Method, *args: Any, **kwargs: Any) -> ObjectRef:
         return self._submit(rank, method, args, kwargs)
 
-    def execute_rank(self, rank: int, method: str, *args: Any, **kwargs: Any) -> Any:
+    def execute_rank(self, rank: int, method: Method, *args: Any, **kwargs: Any) -> Any:
         """Call `method` on one rank only."""
         return self.gather([self.execute_rank_async(rank, method, *args, **kwargs)])[0]
 
     def dispatch_async(
-        self, method: str, per_rank_args: Sequence[Any], *args: Any, **kwargs: Any
+        self, method: Method, per_rank_args: Sequence[Any], *args: Any, **kwargs: Any
     ) -> list[ObjectRef]:
         """Rank r runs `method(per_rank_args[r], *args, **kwargs)`."""
         if len(per_rank_args) != self.world_size:
@@ -280,7 +216,7 @@ class WorkerGroup:
             for r in range(self.world_size)
         ]
 
-    def dispatch(self, method: str, per_rank_args: Sequence[Any], *args: Any, **kwargs: Any):
+    def dispatch(self, method: Method, per_rank_args: Sequence[Any], *args: Any, **kwargs: Any):
         """A different first argument per rank (e.g. a batch chunk); results in rank order."""
         return self.gather(self.dispatch_async(method, per_rank_args, *args, **kwargs))
 
@@ -313,17 +249,17 @@ class WorkerGroup:
         return split_evenly(items, self.dp_size)
 
     def dispatch_by_dp_async(
-        self, method: str, per_dp_args: Sequence[Any], *args: Any, **kwargs: Any
+        self, method: Method, per_dp_args: Sequence[Any], *args: Any, **kwargs: Any
     ) -> list[ObjectRef]:
         dp = self.dp_ranks()
         if len(per_dp_args) != max(dp) + 1:
             raise ValueError(f"{self.role}: {len(per_dp_args)} payloads for DP size {max(dp) + 1}")
         # ranks of one DP group get the same object: store each chunk once
         shared = self.world_size > len(per_dp_args)
-        refs = [_share(a) if shared else a for a in per_dp_args]
+        refs = [share(a) if shared else a for a in per_dp_args]
         return self.dispatch_async(method, [refs[d] for d in dp], *args, **kwargs)
 
-    def dispatch_by_dp(self, method: str, per_dp_args: Sequence[Any], *args: Any, **kwargs: Any):
+    def dispatch_by_dp(self, method: Method, per_dp_args: Sequence[Any], *args: Any, **kwargs: Any):
         """Rank r runs `method(per_dp_args[dp_rank_of(r)], ...)`; results in rank order."""
         return self.gather(self.dispatch_by_dp_async(method, per_dp_args, *args, **kwargs))
 
@@ -365,7 +301,7 @@ class WorkerGroup:
                 ranks = tuple(sorted(meta[position[r]][0] for r in pending))
                 method = meta[position[pending[0]]][1]
                 raise WorkerTimeout(self.role, ranks[0], method, timeout, ranks, hint)
-            ready, pending = ray.wait(pending, num_returns=1, timeout=min(remaining, _POLL_S))
+            ready, pending = ray.wait(pending, num_returns=1, timeout=min(remaining, POLL_S))
             for ref in ready:
                 i = position[ref]
                 results[i] = self._get(ref, *meta[i])
@@ -379,11 +315,11 @@ class WorkerGroup:
             return ray.get(ref)
         except rex.RayActorError as exc:
             what = "__init__" if method == "__ray_ready__" else method
-            raise WorkerFailure(self.role, rank, _reason(exc), what) from exc
+            raise WorkerFailure(self.role, rank, error_reason(exc), what) from exc
         except rex.RayTaskError as exc:
             raise WorkerCallError(self.role, rank, method, str(exc)) from exc
         except rex.RayError as exc:  # worker crashed, object lost, node died
-            raise WorkerFailure(self.role, rank, _reason(exc), method) from exc
+            raise WorkerFailure(self.role, rank, error_reason(exc), method) from exc
 
     def check_alive(self, timeout_s: float = 2.0) -> None:
         """Raise `WorkerFailure` if any actor is dead. A busy actor counts as alive.

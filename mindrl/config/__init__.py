@@ -2,7 +2,6 @@
 
 from mindrl.config.build import build_run_config
 from mindrl.config.compose import (
-    CONFIG_DIR,
     compose_raw,
     load_run_config,
     resolved_yaml,
@@ -11,6 +10,7 @@ from mindrl.config.compose import (
 from mindrl.config.errors import ConfigError
 from mindrl.config.generate import GenerateConfig, SamplingConfig
 from mindrl.config.model_arch import ModelArchConfig
+from mindrl.config.paths import CONFIG_DIR
 from mindrl.config.rl import RLConfig
 from mindrl.config.role import RoleConfig
 from mindrl.config.run import RunConfig, RuntimeConfig

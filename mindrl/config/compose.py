@@ -7,10 +7,9 @@ from typing import Any
 
 from mindrl.config.build import build_run_config
 from mindrl.config.errors import ConfigError
+from mindrl.config.paths import CONFIG_DIR
 from mindrl.config.run import RunConfig
 from mindrl.config.validate import validate
-
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _hydra_override(arg: str) -> str:

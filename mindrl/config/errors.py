@@ -8,5 +8,8 @@ class ConfigError(ValueError):
 
     def __init__(self, problems: list[str] | str):
         self.problems = [problems] if isinstance(problems, str) else list(problems)
+        if len(self.problems) == 1:  # one problem, one line
+            super().__init__(f"invalid config: {self.problems[0]}")
+            return
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"invalid config ({len(self.problems)} problem(s)):\n{lines}")

@@ -12,13 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from mindrl.config.paths import CONFIG_DIR
+
 
 def _asset_builders() -> dict[str, Callable[[], Path]]:
-    from mindrl.testing import assets, prompts
+    from mindrl.assets import models, prompts, smollm2
 
     return {
-        "tiny": assets.tiny_model_dir,
-        "smollm2": assets.smollm2_dir,
+        "tiny": models.tiny_model_dir,
+        "smollm2": smollm2.smollm2_dir,
         "tiny_prompts": prompts.tiny_prompts_dir,
         "smollm2_prompts": prompts.smollm2_prompts_dir,
     }
@@ -33,8 +35,6 @@ def resolve_asset(name: str) -> str:
 
 def resolve_config_file(relative: str) -> str:
     """`${configs:verifiers/x.py}`: a file shipped in the configs tree, as an absolute path."""
-    from mindrl.config.compose import CONFIG_DIR
-
     return str(CONFIG_DIR / relative)
 
 

@@ -4,27 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mindrl.algorithms.names import ADV_ESTIMATOR_NAMES, KL_CTRL_TYPES, KL_TYPES, LOSS_AGG_MODES
 from mindrl.config.fields import spec
 from mindrl.rewards.types import RewardParams  # cosine / repetition / soft_overlong knobs
 
-# Names mirror mindrl.algorithms (kept here as literals so validation does not import torch;
-# tests/unit/test_config_names.py checks they agree).
-ADV_ESTIMATORS = (
-    "group_norm",
-    "grpo",
-    "grpo_no_std",
-    "dr_grpo",
-    "rloo",
-    "reinforce_plus_plus_baseline",
-)
-GROUP_ESTIMATORS = ADV_ESTIMATORS  # all of them compare samples within a prompt's group
-KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-LOSS_AGG_MODES = (
-    "token-mean",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-sum-norm",
-)
+# A loaded verifier worker holds ~70 MB (~300 MB when the trainer's imports reach it).
+MIN_VERIFIER_MEMORY_MB = 256
 
 
 @dataclass(frozen=True)
@@ -36,7 +21,7 @@ class ResourceSpec:
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
-    adv_estimator: str = spec("group_norm", choices=ADV_ESTIMATORS)
+    adv_estimator: str = spec("group_norm", choices=ADV_ESTIMATOR_NAMES)
     n_samples_per_prompt: int = spec(8, ge=1)
     mini_batch_size: int = spec(0, ge=0, help="samples per optimizer step; 0 = the whole batch")
     epochs: int = spec(1, ge=1, help="passes over each RL batch")
@@ -54,7 +39,7 @@ class AlgorithmConfig:
     clip_ratio_c: float = spec(3.0, gt=1.0, help="dual-clip bound for negative advantages")
     loss_agg_mode: str = spec("token-mean", choices=LOSS_AGG_MODES)
     kl_penalty: str = spec("low_var_kl", choices=KL_TYPES, help="KL estimator")
-    kl_ctrl_type: str = spec("fixed", choices=("fixed", "adaptive"))
+    kl_ctrl_type: str = spec("fixed", choices=KL_CTRL_TYPES)
     init_kl_coef: float = spec(0.0, ge=0.0, help="KL-in-reward coefficient (0 disables)")
     kl_target: float = spec(0.1, gt=0.0)
     kl_horizon: float = spec(10000.0, gt=0.0)
@@ -76,9 +61,39 @@ class RewardConfig:
     rule_reward: bool = True
     verifier_function: tuple[str, ...] = ("base_acc",)
     verifier_weight: tuple[float, ...] = (1.0,)
-    verifier_parallel: int = spec(1, ge=1, help="processes scoring rule rewards")
+    verifier_parallel: int | None = spec(
+        0,
+        ge=0,
+        help="processes scoring rule rewards in parallel; 0/null = one per CPU within [2, 16], "
+        "so one hung call never blocks the others",
+    )
     verifier_timeout: float = spec(30.0, gt=0.0, help="seconds per sample")
     verifier_files: tuple[str, ...] = spec((), help="python files that register custom verifiers")
+    verifier_step_budget_s: float | None = spec(
+        None,
+        gt=0.0,
+        help="seconds per step after which a verifier that timed out or crashed in the step "
+        "is stopped (queued calls skipped, running ones cut, all scored 0); null = 2 x "
+        "verifier_timeout. Bounds a broken verifier's cost per step, not per sample",
+    )
+    verifier_max_consecutive_failures: int = spec(
+        3,
+        ge=0,
+        help="timeouts / lost workers in a row after which a verifier is skipped for the rest "
+        "of the step (circuit breaker; 0 = never): stops paying a restart per sample",
+    )
+    verifier_memory_mb: int = spec(
+        2048,
+        ge=0,
+        help="cap on each verifier worker's data memory (RLIMIT_DATA, ~70 MB of it used when "
+        "loaded); 0 = none. A runaway verifier gets MemoryError instead of swapping the host",
+    )
+    verifier_reward_bound: float = spec(
+        1e4,
+        gt=0.0,
+        help="a verifier value with |v| above this is invalid and scores 0: one 1e30 would "
+        "swamp every advantage of the batch",
+    )
 
 
 @dataclass(frozen=True)

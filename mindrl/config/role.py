@@ -72,6 +72,12 @@ class CheckpointConfig:
     finetune: bool = spec(False, help="load weights only and start at step 0")
     no_load_optim: bool = False
     no_load_rng: bool = False
+    load_fallback: str = spec(
+        "none",
+        choices=("none", "previous"),
+        help="a damaged latest checkpoint: stop naming the file (none), or resume from the "
+        "newest older complete one (previous)",
+    )
     no_save_optim: bool = False
     no_save_rng: bool = False
     no_shared_storage: bool = False

@@ -23,7 +23,19 @@ class RuntimeConfig:
     ray_dashboard: bool = False
     ray_dashboard_host: str = "127.0.0.1"
     master_addr: str = spec("127.0.0.1", help="torch.distributed rendezvous for one node")
+    log_level: str = spec(
+        "info",
+        choices=("debug", "info", "warning"),
+        help="console: progress, warnings, errors (info); engine and Ray logs always go to "
+        "OUTPUT_DIR/logs/, and with debug to the console too",
+    )
     worker_timeout_s: float = spec(600.0, gt=0.0, help="a worker call longer than this fails")
+    stop_grace_s: float = spec(
+        30.0,
+        ge=0.0,
+        help="after SIGTERM / SIGINT the run stops at the next phase boundary, or after this "
+        "many seconds wherever it is (0: only at a boundary)",
+    )
     worker_threads: int | None = spec(
         None,
         ge=1,
@@ -49,3 +61,11 @@ class RunConfig:
     @property
     def output_dir(self) -> str:
         return self.runtime.output_dir or f"outputs/{self.config_name}"
+
+    @property
+    def optimizer_steps_per_rl_step(self) -> int:
+        """Epochs x mini-batches of one RL step's samples (the LR schedule's unit)."""
+        alg = self.rl.algorithm
+        samples = self.actor.batch.global_batch_size * alg.n_samples_per_prompt
+        mini = alg.mini_batch_size or samples
+        return alg.epochs * (samples // mini)

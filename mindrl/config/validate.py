@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mindrl.algorithms.names import GROUP_ESTIMATORS
 from mindrl.config.errors import ConfigError
-from mindrl.config.rl import GROUP_ESTIMATORS
+from mindrl.config.rl import MIN_VERIFIER_MEMORY_MB
 from mindrl.config.role import ROLE_NAMES, RoleConfig
 from mindrl.config.run import RunConfig
+from mindrl.config.writable import unwritable_reason
 
 
 def _role_layout_problems(role: RoleConfig, resource_key: str) -> list[str]:
@@ -170,6 +172,18 @@ def _reward_problems(run: RunConfig) -> list[str]:
                 f"rl_config.verifier_weight: {len(rw.verifier_weight)} weight(s) for "
                 f"{len(rw.verifier_function)} verifier_function entries; give one weight each"
             )
+        budget = rw.verifier_step_budget_s
+        if budget is not None and budget < rw.verifier_timeout:
+            out.append(
+                f"rl_config.verifier_step_budget_s: {budget} is below verifier_timeout "
+                f"({rw.verifier_timeout}); it would cut calls before their own timeout"
+            )
+        if 0 < rw.verifier_memory_mb < MIN_VERIFIER_MEMORY_MB:
+            out.append(
+                f"rl_config.verifier_memory_mb: {rw.verifier_memory_mb} is below "
+                f"{MIN_VERIFIER_MEMORY_MB}; a loaded verifier worker already holds ~70-300 MB "
+                "(0 = no cap)"
+            )
         from mindrl.rewards.registry import load_verifier_file, verifier_names
 
         for i, path in enumerate(rw.verifier_files):
@@ -215,6 +229,21 @@ def _path_problems(run: RunConfig) -> list[str]:
     return out
 
 
+def _output_problems(run: RunConfig) -> list[str]:
+    """Output folders whose creation would certainly fail here (under a file, no permission)."""
+    out = []
+    key = "runtime.output_dir" + ("" if run.runtime.output_dir else " (default)")
+    reason = unwritable_reason(run.output_dir)
+    if reason:
+        out.append(f"{key}: {reason}")
+    for role in run.roles:
+        save = role.ckpt.save
+        reason = unwritable_reason(save) if save else None
+        if reason:
+            out.append(f"{ROLE_NAMES[role.role]}.save: {reason}")
+    return out
+
+
 def cross_field_problems(run: RunConfig, *, check_paths: bool = True) -> list[str]:
     """Every cross-field problem of `run` (empty when the config is consistent)."""
     out: list[str] = []
@@ -230,6 +259,7 @@ def cross_field_problems(run: RunConfig, *, check_paths: bool = True) -> list[st
     out.extend(_reward_problems(run))
     if check_paths:
         out.extend(_path_problems(run))
+        out.extend(_output_problems(run))
     return out
 
 

@@ -2,7 +2,8 @@
 
 Key names follow MindSpeed-RL's data handler config so its YAML files load here; keys that
 MindSpeed-RL has but mindrl does not use are not silently accepted: every unknown key is an
-error naming the key and the nearest valid one.
+error naming the key and the nearest valid one. Which handler names exist is the handlers'
+fact (``handlers.check_handler``); ``compose.load_preprocess_config`` applies both checks.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from mindrl.config.errors import ConfigError
 from mindrl.config.fields import suggest
+from mindrl.data.answers import LABEL_FORMATS
 
 MAP_KEY_NAMES = ("prompt", "query", "response", "system")
 BAD_ROW_POLICIES = ("skip", "error")
@@ -22,11 +24,8 @@ OVERLONG_POLICIES = ("filter", "error")
 TOKENIZER_TYPES = ("HuggingFaceTokenizer", "PretrainedFromHF")
 
 
-class ConfigError(ValueError):
-    """A dataset config that cannot be used, with the key path that is wrong."""
-
-
-def _nearest(key: str, valid: Sequence[str]) -> str:
+def nearest(key: str, valid: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for a misspelt dataset-config name, or ""."""
     return suggest(key, valid, cutoff=0.5)
 
 
@@ -35,7 +34,7 @@ def _check_keys(data: Mapping[str, Any], cls: type, path: str = "") -> None:
     for key in data:
         if key not in valid:
             raise ConfigError(
-                f"unknown key {path + str(key)!r}{_nearest(str(key), valid)}; "
+                f"unknown key {path + str(key)!r}{nearest(str(key), valid)}; "
                 f"valid keys: {', '.join(valid)}"
             )
 
@@ -83,21 +82,10 @@ class PreprocessConfig:
     reasoning_gym: ReasoningGymConfig = field(default_factory=ReasoningGymConfig)
 
     def __post_init__(self) -> None:
-        from mindrl.data.answers import LABEL_FORMATS
-        from mindrl.data.handlers import HANDLERS
-
         if not self.output_prefix:
             raise ConfigError("output_prefix is required")
         if not self.tokenizer_name_or_path:
             raise ConfigError("tokenizer_name_or_path is required")
-        if self.handler_name not in HANDLERS:
-            hint = _nearest(self.handler_name, list(HANDLERS))
-            raise ConfigError(
-                f"unknown handler_name {self.handler_name!r}{hint}; "
-                f"available: {', '.join(sorted(HANDLERS))}"
-            )
-        if HANDLERS[self.handler_name].needs_input and not self.input:
-            raise ConfigError(f"input is required for handler {self.handler_name}")
         if self.tokenizer_type not in TOKENIZER_TYPES:
             raise ConfigError(
                 f"tokenizer_type {self.tokenizer_type!r} is not supported; use one of "
@@ -106,7 +94,7 @@ class PreprocessConfig:
         for key in self.map_keys:
             if key not in MAP_KEY_NAMES:
                 raise ConfigError(
-                    f"unknown key 'map_keys.{key}'{_nearest(key, MAP_KEY_NAMES)}; "
+                    f"unknown key 'map_keys.{key}'{nearest(key, MAP_KEY_NAMES)}; "
                     f"valid keys: {', '.join(MAP_KEY_NAMES)}"
                 )
         choices = {
@@ -183,51 +171,3 @@ def _parse_key_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, Sequence):
         return tuple(str(k) for k in value)
     raise ConfigError(f"dataset_additional_keys must be a list, got {type(value).__name__}")
-
-
-def resolve_config_path(config_name: str, config_dir: str | Path) -> Path:
-    """``NAME`` -> ``config_dir/NAME.yaml``; a path to a YAML file is taken as is."""
-    candidate = Path(config_name)
-    if candidate.suffix in {".yaml", ".yml"} and candidate.is_file():
-        return candidate
-    config_dir = Path(config_dir)
-    name = config_name[:-5] if config_name.endswith(".yaml") else config_name
-    path = config_dir / f"{name}.yaml"
-    if not path.is_file():
-        available = sorted(p.stem for p in config_dir.glob("*.yaml"))
-        raise ConfigError(
-            f"no dataset config {name!r} in {config_dir}{_nearest(name, available)}; "
-            f"available: {', '.join(available) or '(none)'}"
-        )
-    return path
-
-
-def load_preprocess_config(
-    config_name: str,
-    config_dir: str | Path,
-    overrides: Sequence[str] = (),
-    values: Mapping[str, Any] | None = None,
-) -> PreprocessConfig:
-    """Compose ``config_dir/NAME.yaml`` with Hydra-style ``key=value`` overrides, then
-    ``values`` (typed values taken verbatim, e.g. paths from command-line flags)."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-    from yaml import YAMLError
-
-    path = resolve_config_path(config_name, config_dir)
-    cleaned = []
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not of the form key=value")
-        if item.startswith("~"):
-            raise ConfigError(f"override {item!r}: deleting keys is not supported")
-        cleaned.append(item.lstrip("+"))
-    try:
-        base = OmegaConf.load(path)
-        merged = OmegaConf.merge(base, OmegaConf.from_dotlist(cleaned), dict(values or {}))
-        data = OmegaConf.to_container(merged, resolve=True)
-    except (OmegaConfBaseException, YAMLError) as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
-    return PreprocessConfig.from_dict(data)

@@ -13,12 +13,11 @@ import difflib
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+from mindrl.config.errors import ConfigError
 from mindrl.data.answers import extract_gsm8k_answer, extract_label, label_to_text
-
-if TYPE_CHECKING:
-    from mindrl.data.config import PreprocessConfig
+from mindrl.data.config import PreprocessConfig, nearest
 
 _MISSING = object()
 
@@ -278,8 +277,6 @@ class ReasoningGymHandler(Handler):
         import reasoning_gym
         from reasoning_gym.factory import DATASETS
 
-        from mindrl.data.config import ConfigError
-
         rg = self.config.reasoning_gym
         if rg.dataset not in DATASETS:
             hint = difflib.get_close_matches(rg.dataset, list(DATASETS), n=1)
@@ -318,5 +315,19 @@ HANDLERS: dict[str, type[Handler]] = {
 }
 
 
+def check_handler(config: PreprocessConfig) -> None:
+    """Raise ConfigError unless ``handler_name`` names a handler that ``config`` can feed."""
+    name = config.handler_name
+    if name not in HANDLERS:
+        raise ConfigError(
+            f"unknown handler_name {name!r}{nearest(name, list(HANDLERS))}; "
+            f"available: {', '.join(sorted(HANDLERS))}"
+        )
+    if HANDLERS[name].needs_input and not config.input:
+        raise ConfigError(f"input is required for handler {name}")
+
+
 def build_handler(config: PreprocessConfig) -> Handler:
+    """The handler ``config`` names, checked first."""
+    check_handler(config)
     return HANDLERS[config.handler_name](config)

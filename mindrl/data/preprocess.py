@@ -18,10 +18,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mindrl.config.writable import unwritable_reason
 from mindrl.data.config import PreprocessConfig
 from mindrl.data.handlers import BadRow, PromptExample, build_handler
-from mindrl.data.readers import InvalidRow, describe_input
-from mindrl.data.store import StoreWriter
+from mindrl.data.readers import DataFileError, InvalidRow, describe_input
+from mindrl.data.store import StoreWriter, is_store
 from mindrl.data.templates import PromptTemplate, get_template, render_prompt
 
 logger = logging.getLogger(__name__)
@@ -247,6 +248,7 @@ def run_preprocess(
     ``PreprocessError`` when a policy refuses the input (nothing is written then)."""
     log = log or logger.info
     t0 = time.perf_counter()
+    check_output_prefix(config.output_prefix)
     template = get_template(config.prompt_type, config.prompt_type_path)
     tokenizer = load_tokenizer(config)
     handler = build_handler(config)
@@ -283,6 +285,20 @@ def run_preprocess(
     for line in report.summary().splitlines():
         log(line)
     return report
+
+
+def check_output_prefix(output_prefix: str | Path) -> None:
+    """``DataFileError`` naming ``output_prefix`` when the store certainly cannot be written
+    there (the store is built beside it and renamed into place, so its folder must be
+    writable too) or when it is a folder of something else, which is never overwritten."""
+    path = Path(output_prefix)
+    reason = unwritable_reason(path) or unwritable_reason(path.absolute().parent)
+    if reason:
+        raise DataFileError(f"output_prefix: {reason}")
+    if path.is_dir() and not is_store(path) and any(path.iterdir()):
+        raise DataFileError(
+            f"output_prefix: {path} exists and is not a prompt store; refusing to overwrite it"
+        )
 
 
 def _enforce_policies(config: PreprocessConfig, tally: _Tally, t0: float) -> None:

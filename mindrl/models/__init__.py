@@ -6,5 +6,7 @@
 - `gpt`: GPTModel from a `ModelArchConfig` at the current TP/PP (`build_gpt_model`,
   `transformer_config_from_arch`, `validate_parallel_layout`).
 - `logprobs`: vocab-parallel per-token log-probs and a forward-only pipeline helper
-  (`vocab_parallel_log_probs`, `forward_only`, `causal_attention_mask`).
+  (`vocab_parallel_log_probs`, `forward_only`, `causal_attention_mask`); `entropy` the
+  per-token entropy; `vocab_slice` the TP rank's padded-vocab slice both start from.
+- `dtypes`: the one table of dtype names (`torch_dtype`, `dtype_short_name`, `dtype_long_name`).
 """

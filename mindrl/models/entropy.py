@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mindrl.models.vocab_slice import masked_float_logits, tp_rank_size
+
 if TYPE_CHECKING:
     import torch
 
@@ -25,10 +27,8 @@ def vocab_parallel_entropy(logits: torch.Tensor, vocab_size: int | None = None) 
     """
     import torch
 
-    from mindrl.models.logprobs import _masked_float_logits, _tp_rank_size
-
-    x = _masked_float_logits(logits, vocab_size, 1.0)
-    _, tp_size = _tp_rank_size()
+    x = masked_float_logits(logits, vocab_size, 1.0)
+    _, tp_size = tp_rank_size()
     if tp_size == 1:
         return entropy_from_log_probs(torch.log_softmax(x, dim=-1))
     import torch.distributed as dist

@@ -22,37 +22,12 @@ from typing import TYPE_CHECKING, Any
 from mindrl.accelerator import get_accelerator
 from mindrl.accelerator.megatron_shims import tensor_cuda_is_identity
 from mindrl.config.model_arch import ModelArchConfig
+from mindrl.models.dtypes import dtype_short_name, torch_dtype
 
 if TYPE_CHECKING:
     import torch
     from megatron.core.models.gpt import GPTModel
     from megatron.core.transformer.transformer_config import TransformerConfig
-
-PARAMS_DTYPES = {
-    "fp32": "float32",
-    "float32": "float32",
-    "bf16": "bfloat16",
-    "bfloat16": "bfloat16",
-    "fp16": "float16",
-    "float16": "float16",
-}
-
-
-def torch_dtype(name: str | torch.dtype) -> torch.dtype:
-    """fp32 / bf16 / fp16 (or the torch names, or a torch.dtype) -> torch.dtype."""
-    import torch
-
-    if isinstance(name, torch.dtype):
-        return name
-    if name not in PARAMS_DTYPES:
-        raise ValueError(f"params dtype {name!r} is not one of fp32, bf16, fp16")
-    return getattr(torch, PARAMS_DTYPES[name])
-
-
-def dtype_short_name(dtype: str | torch.dtype) -> str:
-    """torch.bfloat16 / 'bfloat16' / 'bf16' -> 'bf16' (the name checkpoints record)."""
-    long = str(torch_dtype(dtype)).removeprefix("torch.")
-    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[long]
 
 
 def te_available() -> bool:

@@ -19,6 +19,9 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from mindrl.models.entropy import entropy_from_log_probs, vocab_parallel_entropy
+from mindrl.models.vocab_slice import masked_float_logits, tp_rank_size
+
 if TYPE_CHECKING:
     import torch
 
@@ -47,31 +50,6 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def _tp_rank_size() -> tuple[int, int]:
-    from megatron.core import parallel_state as ps
-
-    if not ps.model_parallel_is_initialized():
-        return 0, 1
-    return ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size()
-
-
-def _masked_float_logits(
-    logits: torch.Tensor, vocab_size: int | None, temperature: float
-) -> torch.Tensor:
-    """fp32 copy of the local logits / temperature with padded vocab rows at -inf."""
-    x = logits.float()
-    if temperature != 1.0:
-        x = x / temperature
-    if vocab_size is not None:
-        tp_rank, _ = _tp_rank_size()
-        first_pad = vocab_size - tp_rank * logits.shape[-1]
-        if first_pad < logits.shape[-1]:
-            if x is logits:  # copy only when padding rows must be written
-                x = x.clone()
-            x[..., max(first_pad, 0) :] = float("-inf")
-    return x
-
-
 def vocab_parallel_log_probs(
     logits: torch.Tensor,
     labels: torch.Tensor,
@@ -84,8 +62,8 @@ def vocab_parallel_log_probs(
     `vocab_size` is the real vocabulary (rows >= it are padding and get no probability). The
     input logits are not modified.
     """
-    x = _masked_float_logits(logits, vocab_size, temperature)
-    _, tp_size = _tp_rank_size()
+    x = masked_float_logits(logits, vocab_size, temperature)
+    _, tp_size = tp_rank_size()
     if tp_size == 1:
         import torch
 
@@ -108,11 +86,9 @@ def log_probs_and_entropy(
     `entropy_grad` (an entropy bonus); otherwise it is a metric computed without autograd."""
     import torch
 
-    from mindrl.models.entropy import entropy_from_log_probs, vocab_parallel_entropy
-
-    _, tp_size = _tp_rank_size()
+    _, tp_size = tp_rank_size()
     if tp_size == 1 and temperature == 1.0:
-        logp = torch.log_softmax(_masked_float_logits(logits, vocab_size, 1.0), dim=-1)
+        logp = torch.log_softmax(masked_float_logits(logits, vocab_size, 1.0), dim=-1)
         picked = logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             src = logp if entropy_grad else logp.detach()
@@ -131,7 +107,7 @@ def gather_vocab_parallel_logits(
     logits: torch.Tensor, vocab_size: int | None = None
 ) -> torch.Tensor:
     """Full-vocabulary logits [..., vocab_size] from the TP slices (padding rows dropped)."""
-    _, tp_size = _tp_rank_size()
+    _, tp_size = tp_rank_size()
     if tp_size > 1:
         from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
 

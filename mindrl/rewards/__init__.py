@@ -1,6 +1,7 @@
 """mindrl.rewards: rule rewards for GRPO.
 
-registry    name -> verifier function (`rl_config.verifier_function`), custom verifier files
+verifier_table  the name -> verifier table and `register_verifier`
+registry    lookups by name (`rl_config.verifier_function`), built-ins, custom verifier files
 types       SampleMeta / RewardParams and the verifier contract
 extraction  final-answer extraction and equivalence (also used to check dataset labels)
 builtin     acc, accuracy, base_acc, format, strict_format, cosine, repetition, soft_overlong

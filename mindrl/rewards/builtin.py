@@ -31,8 +31,8 @@ from mindrl.rewards.extraction import (
     extract_label,
     last_boxed,
 )
-from mindrl.rewards.registry import register_verifier
 from mindrl.rewards.types import RewardParams, SampleMeta
+from mindrl.rewards.verifier_table import register_verifier
 
 _LOOSE_FORMAT = re.compile(r"<think>.*?</think>\s*<answer>.*?</answer>", re.DOTALL)
 _R1_LAYOUT = re.compile(r"<think>.*</think>.*<answer>(.*)</answer>", re.DOTALL)

@@ -1,15 +1,21 @@
-"""Worker processes that run verifier calls with a per-call timeout and survive bad verifiers.
+"""Worker processes that run verifier calls in parallel, each under a timeout, and survive
+bad verifiers.
 
 Why not `concurrent.futures.ProcessPoolExecutor`: a running task cannot be cancelled, so a
 verifier that hangs holds its worker forever, and one worker that dies (os._exit, segfault)
 breaks the executor and fails every pending future. Here each worker runs one call at a
 time; the parent kills a worker whose call overruns its deadline, or replaces one that died,
-and only that call is lost. Worst case for a batch: ceil(hung calls / workers) * timeout.
+and only that call is lost. Within one `run` (one training step) a `StepGuard` stops a
+broken verifier early: after a few costly failures in a row, or once the step budget is
+spent, its remaining calls score 0 without running. So a verifier that hangs on every call
+costs about one budget (2 x timeout by default) per step, not one timeout per sample.
 
 Workers start through forkserver (or spawn), never plain fork: the trainer process holds
 threads (Ray, torch) that fork would copy in an undefined state. Each worker leads its own
 process group, so killing it also kills any children a verifier started, and it exits by
-itself when the parent process dies (a "lifeline" pipe reaches EOF).
+itself when the parent process dies (a "lifeline" pipe reaches EOF). The worker side
+(memory cap, value checks) is in `mindrl.rewards.worker`, the process handling (process
+groups, reaping) in `mindrl.rewards.worker_handle`.
 """
 
 from __future__ import annotations
@@ -20,29 +26,54 @@ import math
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import os
-import signal
-import threading
 import time
-import traceback
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from mindrl.rewards.guard import BUDGET_EXHAUSTED, CIRCUIT_OPEN, StepGuard
 from mindrl.rewards.types import RewardParams, SampleMeta
+from mindrl.rewards.worker import (
+    ERROR,
+    INVALID,
+    OK,
+    SKIPPED,
+    TIMEOUT,
+    WorkerLimits,
+    worker_main,
+)
+from mindrl.rewards.worker_handle import (
+    WorkerHandle,
+    kill_worker,
+    preload_in_forkserver,
+    shutdown,
+)
+
+__all__ = ["ERROR", "INVALID", "OK", "SKIPPED", "TIMEOUT", "Call", "Outcome", "PoolRun"]
+__all__ += ["VerifierPool", "default_num_workers"]
 
 logger = logging.getLogger(__name__)
 
-OK, TIMEOUT, ERROR, INVALID = "ok", "timeout", "error", "invalid"
 _MAX_STARTUP_FAILURES = 3
-_PRELOAD_MODULE = "mindrl.rewards._preload"
+_MAX_AUTO_WORKERS = 16
 
 
 class Outcome(NamedTuple):
-    status: str  # OK | TIMEOUT | ERROR | INVALID
+    status: str  # OK | TIMEOUT | ERROR | INVALID | SKIPPED
     value: float  # the verifier's value when OK, else 0.0
     detail: str = ""
+    costly: bool = False  # it cost a timeout or a worker: what the circuit breaker counts
+
+
+class PoolRun(NamedTuple):
+    """What one `VerifierPool.run` (one step) produced."""
+
+    outcomes: list[Outcome]  # one per call, in order
+    open_circuits: frozenset[str]  # verifiers the circuit breaker stopped in this run
+    budget_exhausted: bool  # calls were skipped or cut because the step budget ran out
+    restarts: int  # workers replaced during this run
 
 
 @dataclass(frozen=True)
@@ -55,149 +86,70 @@ class Call:
     meta: SampleMeta
 
 
-# ---------------------------------------------------------------------------- worker side
+def default_num_workers() -> int:
+    """Workers for `verifier_parallel: 0`: one per usable CPU, within [2, 16].
 
-
-def _check_value(value: Any) -> tuple[str, float, str]:
-    """A verifier's return value as (status, float, detail): finite real numbers only."""
-    if isinstance(value, (str, bytes)) or not hasattr(type(value), "__float__"):
-        return INVALID, 0.0, f"returned {type(value).__name__}: {value!r:.100}"
-    try:
-        number = float(value)
-    except Exception as exc:  # e.g. a multi-element tensor
-        return INVALID, 0.0, f"returned {type(value).__name__} not convertible to float: {exc}"
-    if not math.isfinite(number):
-        return INVALID, 0.0, f"returned non-finite {number}"
-    return OK, number, ""
-
-
-def _die_with_parent(lifeline: mp_connection.Connection) -> None:
-    try:
-        lifeline.recv()  # the parent never sends: this returns only by EOF
-    except (EOFError, OSError):
-        pass
-    os._exit(1)
-
-
-def _worker_main(
-    conn: mp_connection.Connection,
-    lifeline: mp_connection.Connection,
-    names: tuple[str, ...],
-    verifier_files: tuple[str, ...],
-    params: RewardParams,
-) -> None:
-    os.setpgid(0, 0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    threading.Thread(target=_die_with_parent, args=(lifeline,), daemon=True).start()
-    try:
-        from mindrl.rewards import extraction, registry
-
-        for path in verifier_files:
-            registry.load_verifier_file(path)
-        functions = {name: registry.get_verifier(name) for name in names}
-        extraction.warmup()  # pay math_verify's import now, not inside a timed call
-    except BaseException:
-        conn.send(("failed", traceback.format_exc(limit=6)))
-        return
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message is None:
-            return
-        index, name, response, label, meta = message
-        try:
-            value = functions[name](response, label, replace(meta, params=params))
-            status, number, detail = _check_value(value)
-        except BaseException as exc:  # SystemExit from a verifier is an error, not our exit
-            status, number, detail = ERROR, 0.0, f"{type(exc).__name__}: {exc}"[:500]
-        try:
-            conn.send((index, status, number, detail))
-        except (BrokenPipeError, OSError):
-            return
-
-
-# ---------------------------------------------------------------------------- parent side
-
-
-class _Worker:
-    def __init__(
-        self, process: Any, conn: mp_connection.Connection, lifeline: Any, deadline: float
-    ):
-        self.process = process
-        self.pid: int = process.pid
-        self.conn = conn
-        self.lifeline = lifeline
-        self.ready = False
-        self.killed = False
-        self.call: int | None = None
-        self.deadline = deadline  # of the running call, or of start-up while not ready
-
-    def exited(self) -> bool:
-        """Whether the process ended; does not reap it, so its group id stays ours."""
-        return bool(mp_connection.wait([self.process.sentinel], 0))
-
-
-def _kill_worker(worker: _Worker) -> None:
-    """SIGKILL the worker's process group (it and any children a verifier made), reap it.
-
-    Only once per worker: after the reap its pid may belong to an unrelated process.
+    At least 2 so one hung call never blocks every other call; at most 16 because rule
+    verifiers are short CPU-bound checks and each worker holds its own ~70 MB of imports.
     """
-    if worker.killed:
-        return
-    worker.killed = True
     try:
-        if os.getpgid(worker.pid) == worker.pid:
-            os.killpg(worker.pid, signal.SIGKILL)
-        else:  # killed before it could call setpgid
-            worker.process.kill()
-    except (ProcessLookupError, PermissionError):
-        pass
-    worker.process.join(timeout=10)
-    for end in (worker.conn, worker.lifeline):
-        try:
-            end.close()
-        except OSError:
-            pass
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(2, min(cpus, _MAX_AUTO_WORKERS))
 
 
-def _shutdown(workers: list[_Worker]) -> None:
-    """Ask idle workers to exit, then kill whatever is left; used by close() and at exit."""
-    pending = []
-    for worker in workers:
-        if worker.ready and worker.call is None and not worker.exited():
-            try:
-                worker.conn.send(None)
-                pending.append(worker.process.sentinel)
-            except OSError:
-                pass
-    deadline = time.monotonic() + 2.0
-    while pending and time.monotonic() < deadline:
-        done = mp_connection.wait(pending, max(0.0, deadline - time.monotonic()))
-        pending = [s for s in pending if s not in done]
-    for worker in workers:  # busy or stuck ones, and the children of any of them
-        _kill_worker(worker)
-    workers.clear()
+@dataclass
+class _Step:
+    """The calls of one `run` and where they are: queued, running (on a worker) or done.
 
-
-def _preload_in_forkserver(ctx: Any) -> None:
-    """Add our warm-up module to the forkserver's preload list (kept: whatever is there).
-
-    Takes effect only if the forkserver has not started yet in this process; otherwise
-    workers import the verifiers themselves, which only makes restarts slower.
+    Calls queue per verifier and are dispatched round-robin over the verifiers, those that
+    failed costly in this step last: a hanging verifier then holds workers only while no
+    healthy call waits, and healthy verifiers finish early in the step.
     """
-    from multiprocessing import forkserver
 
-    server = getattr(forkserver, "_forkserver", None)
-    current = list(getattr(server, "_preload_modules", None) or ["__main__"])
-    if _PRELOAD_MODULE not in current:
-        ctx.set_forkserver_preload([*current, _PRELOAD_MODULE])
+    calls: Sequence[Call]
+    guard: StepGuard | None  # None while only waiting for workers (construction)
+    queues: dict[str, collections.deque[int]] = field(default_factory=dict)
+    outcomes: list[Outcome | None] = field(default_factory=list)
+    restarts: int = 0
+    _turn: int = 0
+
+    @classmethod
+    def of(cls, calls: Sequence[Call], guard: StepGuard) -> _Step:
+        queues: dict[str, collections.deque[int]] = {}
+        for index, call in enumerate(calls):
+            queues.setdefault(call.name, collections.deque()).append(index)
+        return cls(calls, guard, queues, [None] * len(calls))
+
+    def queued(self) -> bool:
+        return any(self.queues.values())
+
+    def next_call(self) -> int:
+        """The next call to dispatch (call only while `queued()`)."""
+        names = [name for name, queue in self.queues.items() if queue]
+        healthy = [n for n in names if self.guard is None or not self.guard.broken(n)]
+        turn = healthy or names
+        name = turn[self._turn % len(turn)]
+        self._turn += 1
+        return self.queues[name].popleft()
+
+    def requeue(self, index: int) -> None:
+        self.queues[self.calls[index].name].appendleft(index)
+
+    def finish(self, index: int, outcome: Outcome) -> None:
+        self.outcomes[index] = outcome
+        if self.guard is not None and outcome.status != SKIPPED:
+            self.guard.record(self.calls[index].name, outcome.costly)
 
 
 class VerifierPool:
-    """`num_workers` processes that each hold the named verifiers, one call at a time."""
+    """`num_workers` processes that each hold the named verifiers, one call at a time.
+
+    timeout_s: per call. step_budget_s: per `run` for verifiers that failed costly in it
+    (default 2 x timeout_s). max_consecutive_failures: costly failures in a row that stop a
+    verifier for the rest of a run (0: never). memory_mb / reward_bound: see WorkerLimits.
+    """
 
     def __init__(
         self,
@@ -208,30 +160,42 @@ class VerifierPool:
         verifier_files: Sequence[str | Path] = (),
         start_method: str = "forkserver",
         startup_timeout_s: float = 120.0,
+        step_budget_s: float | None = None,
+        max_consecutive_failures: int = 3,
+        limits: WorkerLimits | None = None,
     ):
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if step_budget_s is not None and not step_budget_s > 0:
+            raise ValueError(f"step_budget_s must be > 0, got {step_budget_s}")
+        if max_consecutive_failures < 0:
+            raise ValueError(
+                f"max_consecutive_failures must be >= 0, got {max_consecutive_failures}"
+            )
         if start_method == "fork":
             raise ValueError("start_method 'fork' is unsafe in a threaded trainer; use forkserver")
         self.names = tuple(names)
         self.num_workers = num_workers
         self.timeout_s = float(timeout_s)
+        self.step_budget_s = float(step_budget_s) if step_budget_s else 2.0 * self.timeout_s
+        self.max_consecutive_failures = max_consecutive_failures
         self.startup_timeout_s = float(startup_timeout_s)
+        self.limits = limits if limits is not None else WorkerLimits()
         self._params = params if params is not None else RewardParams()
         self._files = tuple(str(Path(f).resolve()) for f in verifier_files)
         self._ctx = mp.get_context(start_method)
         if start_method == "forkserver":
-            _preload_in_forkserver(self._ctx)
-        self._workers: list[_Worker] = []
+            preload_in_forkserver(self._ctx)
+        self._workers: list[WorkerHandle] = []
         self._startup_failures = 0
         self.restarts = 0  # workers replaced after a timeout or a crash, since construction
         self._closed = False
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers)
+        self._finalizer = weakref.finalize(self, shutdown, self._workers)
         try:
             self._fill()
-            self._pump([], collections.deque(), wait_ready=True)
+            self._pump(_Step([], None), wait_ready=True)
         except BaseException:
             self.close()
             raise
@@ -257,27 +221,28 @@ class VerifierPool:
         conn, child_conn = self._ctx.Pipe(duplex=True)
         lifeline_r, lifeline_w = self._ctx.Pipe(duplex=False)
         process = self._ctx.Process(
-            target=_worker_main,
-            args=(child_conn, lifeline_r, self.names, self._files, self._params),
+            target=worker_main,
+            args=(child_conn, lifeline_r, self.names, self._files, self._params, self.limits),
             name="mindrl-verifier",
         )
         process.start()
         child_conn.close()  # keep only our ends, so a dead worker reads as EOF
         lifeline_r.close()
         deadline = time.monotonic() + self.startup_timeout_s
-        self._workers.append(_Worker(process, conn, lifeline_w, deadline))
+        self._workers.append(WorkerHandle(process, conn, lifeline_w, deadline))
 
     def _fill(self) -> None:
         while len(self._workers) < self.num_workers:
             self._start_worker()
 
-    def _retire(self, worker: _Worker, outcomes: list[Outcome | None], outcome: Outcome) -> None:
+    def _retire(self, worker: WorkerHandle, step: _Step, outcome: Outcome) -> None:
         """Kill `worker`; give its running call `outcome`, or count a failed start-up."""
-        _kill_worker(worker)
+        kill_worker(worker)
         self._workers.remove(worker)
         if worker.call is not None:
-            outcomes[worker.call] = outcome
+            step.finish(worker.call, outcome._replace(costly=True))
             self.restarts += 1
+            step.restarts += 1
         elif not worker.ready:
             self._startup_failures += 1
             logger.warning("verifier worker %d failed to start: %s", worker.pid, outcome.detail)
@@ -289,77 +254,105 @@ class VerifierPool:
 
     # -- running calls
 
-    def run(self, calls: Sequence[Call]) -> list[Outcome]:
-        """Outcome of every call, in order. Returns once each call finished or timed out."""
+    def run(self, calls: Sequence[Call]) -> PoolRun:
+        """Outcome of every call, in order. Returns once each call finished, timed out or
+        was skipped by the step's guard (circuit breaker, budget)."""
         if self._closed:
             raise RuntimeError("VerifierPool is closed")
-        outcomes: list[Outcome | None] = [None] * len(calls)
+        guard = StepGuard(self.max_consecutive_failures, self.step_budget_s, time.monotonic())
+        step = _Step.of(calls, guard)
         try:
-            self._pump(calls, collections.deque(range(len(calls))), outcomes)
+            self._pump(step)
         except BaseException:  # e.g. KeyboardInterrupt: no stale result may reach a later run
             for worker in [w for w in self._workers if w.call is not None]:
-                _kill_worker(worker)
+                kill_worker(worker)
                 self._workers.remove(worker)
             raise
-        return [o if o is not None else Outcome(ERROR, 0.0, "lost") for o in outcomes]
+        outcomes = [o if o is not None else Outcome(ERROR, 0.0, "lost") for o in step.outcomes]
+        return PoolRun(outcomes, frozenset(guard.open_circuits), guard.budget_used, step.restarts)
 
-    def _pump(
-        self,
-        calls: Sequence[Call],
-        queue: collections.deque[int],
-        outcomes: list[Outcome | None] | None = None,
-        wait_ready: bool = False,
-    ) -> None:
+    def _pump(self, step: _Step, wait_ready: bool = False) -> None:
         """Dispatch and collect until the queue is empty and no call runs.
 
-        Replacement workers start in the background: a batch does not wait for them unless
+        Replacement workers start in the background: a run does not wait for them unless
         it has calls left and no ready worker (or `wait_ready`, used at construction).
         """
-        outcomes = outcomes if outcomes is not None else []
         while True:
             self._fill()
+            self._skip_blocked(step)
             for worker in list(self._workers):
-                if queue and worker.ready and worker.call is None:
-                    self._dispatch(worker, calls, queue, outcomes)
+                if step.queued() and worker.ready and worker.call is None:
+                    self._dispatch(worker, step)
             busy = [w for w in self._workers if w.call is not None or not w.ready]
             running = any(w.call is not None for w in busy)
-            if not queue and not running and (not wait_ready or not busy):
+            if not step.queued() and not running and (not wait_ready or not busy):
                 return
-            wait_s = max(0.0, min(w.deadline for w in busy) - time.monotonic()) if busy else 0.0
+            now = time.monotonic()
+            wakeup = min((self._deadline(w, step) for w in busy), default=math.inf)
+            if step.guard is not None:
+                wakeup = min(wakeup, step.guard.next_wakeup(now))
+            wait_s = max(0.0, wakeup - now) if wakeup < math.inf else None
             handles = [w.conn for w in self._workers] + [w.process.sentinel for w in self._workers]
             mp_connection.wait(handles, wait_s)
             for worker in list(self._workers):
-                self._collect(worker, outcomes)
-            now = time.monotonic()
-            for worker in list(self._workers):
-                if (worker.call is not None or not worker.ready) and worker.deadline <= now:
-                    what = "call" if worker.call is not None else "start-up"
-                    self._retire(
-                        worker,
-                        outcomes,
-                        Outcome(TIMEOUT, 0.0, f"{what} exceeded its time limit; worker killed"),
-                    )
+                self._collect(worker, step)
+            self._cut_overdue(step)
 
-    def _dispatch(
-        self,
-        worker: _Worker,
-        calls: Sequence[Call],
-        queue: collections.deque[int],
-        outcomes: list[Outcome | None],
-    ) -> None:
-        index = queue.popleft()
-        call = calls[index]
+    def _deadline(self, worker: WorkerHandle, step: _Step) -> float:
+        """When `worker` is cut: start-up limit, the call's timeout, or the step budget."""
+        if worker.call is None or step.guard is None:
+            return worker.deadline
+        return step.guard.call_deadline(step.calls[worker.call].name, worker.deadline)
+
+    def _skip_blocked(self, step: _Step) -> None:
+        """Score 0 (SKIPPED) the queued calls the guard no longer lets run."""
+        guard, now = step.guard, time.monotonic()
+        if guard is None or not guard.any_blocked(now):
+            return
+        for name, queue in step.queues.items():
+            reason = guard.blocked(name, now) if queue else None
+            if reason is None:
+                continue
+            guard.budget_used |= reason == BUDGET_EXHAUSTED
+            while queue:
+                step.finish(queue.popleft(), Outcome(SKIPPED, 0.0, f"not run: {reason}"))
+
+    def _cut_overdue(self, step: _Step) -> None:
+        """Kill workers whose start-up or call ran past its deadline."""
+        now = time.monotonic()
+        for worker in list(self._workers):
+            if worker.call is None and worker.ready:
+                continue
+            deadline = self._deadline(worker, step)
+            if deadline > now:
+                continue
+            name = step.calls[worker.call].name if worker.call is not None else ""
+            if worker.call is None:
+                detail = "start-up exceeded its time limit; worker killed"
+            elif step.guard is not None and name in step.guard.open_circuits:
+                detail = f"cut: {CIRCUIT_OPEN}; worker killed"
+            elif deadline < worker.deadline:
+                detail = f"cut: {BUDGET_EXHAUSTED}; worker killed"
+                assert step.guard is not None
+                step.guard.budget_used = True
+            else:
+                detail = f"call exceeded its {self.timeout_s:g} s timeout; worker killed"
+            self._retire(worker, step, Outcome(TIMEOUT, 0.0, detail))
+
+    def _dispatch(self, worker: WorkerHandle, step: _Step) -> None:
+        index = step.next_call()
+        call = step.calls[index]
         try:
             worker.conn.send((index, call.name, call.response, call.label, call.meta))
         except OSError:  # the worker died between calls: retry the call elsewhere
-            queue.appendleft(index)
-            self._retire(worker, outcomes, Outcome(ERROR, 0.0, "worker died while idle"))
+            step.requeue(index)
+            self._retire(worker, step, Outcome(ERROR, 0.0, "worker died while idle"))
             return
         worker.call = index
         worker.deadline = time.monotonic() + self.timeout_s
 
-    def _collect(self, worker: _Worker, outcomes: list[Outcome | None]) -> None:
-        """Read what `worker` sent; retire it if it died."""
+    def _collect(self, worker: WorkerHandle, step: _Step) -> None:
+        """Read what `worker` sent; retire it if it died or asked to be replaced."""
         exited = worker.exited()  # before reading, so a last message is not missed
         try:
             while worker.conn.poll():
@@ -369,16 +362,19 @@ class VerifierPool:
                     worker.deadline = math.inf
                     self._startup_failures = 0
                 elif message[0] == "failed":
-                    self._retire(worker, outcomes, Outcome(ERROR, 0.0, message[1]))
+                    self._retire(worker, step, Outcome(ERROR, 0.0, message[1]))
                     return
                 else:
-                    index, status, value, detail = message
-                    outcomes[index] = Outcome(status, value, detail)
+                    index, status, value, detail, fatal = message
+                    if fatal:  # e.g. MemoryError: the worker exits, its call costs a restart
+                        self._retire(worker, step, Outcome(status, value, detail))
+                        return
+                    step.finish(index, Outcome(status, value, detail))
                     worker.call = None
                     worker.deadline = math.inf
         except (EOFError, OSError):
             exited = True
         if exited:
-            _kill_worker(worker)  # its children too; reaps it, so the exit code is known
+            kill_worker(worker)  # its children too; reaps it, so the exit code is known
             code = worker.process.exitcode
-            self._retire(worker, outcomes, Outcome(ERROR, 0.0, f"worker died (exit code {code})"))
+            self._retire(worker, step, Outcome(ERROR, 0.0, f"worker died (exit code {code})"))

@@ -1,46 +1,30 @@
-"""Name -> verifier function registry used by `rl_config.verifier_function`.
+"""Name -> verifier function lookups used by `rl_config.verifier_function`.
 
 Kept free of heavy imports so config validation can check verifier names before anything
-starts. Built-in verifiers register themselves when `mindrl.rewards.builtin` is imported;
-custom ones come from files listed in `rl_config.verifier_files`.
+starts. The built-in verifiers (`mindrl.rewards.builtin`) are registered on import; custom
+ones come from files listed in `rl_config.verifier_files`, which call `register_verifier`
+(importable from here, its home is `verifier_table`).
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-VerifierFn = Callable[..., float]
+from mindrl.rewards import builtin  # noqa: F401  (registers the built-in verifiers)
+from mindrl.rewards.verifier_table import VERIFIERS, VerifierFn, register_verifier
 
-_REGISTRY: dict[str, VerifierFn] = {}
-_BUILTINS_LOADED = False
+__all__ = [
+    "VerifierFn",
+    "get_verifier",
+    "load_verifier_file",
+    "loaded_verifier_files",
+    "register_verifier",
+    "verifier_names",
+]
+
 _LOADED_FILES: list[Path] = []
-
-
-def register_verifier(name: str) -> Callable[[VerifierFn], VerifierFn]:
-    """Decorator: make `fn` selectable as `verifier_function: [name]`."""
-
-    def wrap(fn: VerifierFn) -> VerifierFn:
-        if name in _REGISTRY and _REGISTRY[name] is not fn:
-            raise ValueError(f"verifier {name!r} is already registered by {_REGISTRY[name]!r}")
-        _REGISTRY[name] = fn
-        return fn
-
-    return wrap
-
-
-def _load_builtins() -> None:
-    global _BUILTINS_LOADED
-    if not _BUILTINS_LOADED:
-        _BUILTINS_LOADED = True
-        try:
-            importlib.import_module("mindrl.rewards.builtin")
-        except ModuleNotFoundError as exc:  # built-ins not written yet in this checkout
-            if exc.name != "mindrl.rewards.builtin":
-                raise
 
 
 def load_verifier_file(path: str | Path) -> None:
@@ -55,14 +39,13 @@ def load_verifier_file(path: str | Path) -> None:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    _load_builtins()  # a custom name that clashes with a built-in fails here, not later
-    before = set(_REGISTRY)
+    before = set(VERIFIERS)  # a custom name that clashes with a built-in fails while loading
     try:
         spec.loader.exec_module(module)
     except BaseException:  # undo, so that a fixed file can be loaded again
         del sys.modules[module_name]
-        for name in set(_REGISTRY) - before:
-            del _REGISTRY[name]
+        for name in set(VERIFIERS) - before:
+            del VERIFIERS[name]
         raise
     _LOADED_FILES.append(path.resolve())
 
@@ -74,13 +57,12 @@ def loaded_verifier_files() -> list[Path]:
 
 def verifier_names() -> list[str]:
     """All registered verifier names, built-ins included."""
-    _load_builtins()
-    return sorted(_REGISTRY)
+    return sorted(VERIFIERS)
 
 
 def get_verifier(name: str) -> VerifierFn:
-    _load_builtins()
+    """The verifier registered as `name`; KeyError naming the registered ones otherwise."""
     try:
-        return _REGISTRY[name]
+        return VERIFIERS[name]
     except KeyError:
-        raise KeyError(f"unknown verifier {name!r}; registered: {sorted(_REGISTRY)}") from None
+        raise KeyError(f"unknown verifier {name!r}; registered: {sorted(VERIFIERS)}") from None

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mindrl.models.dtypes import torch_dtype
 from mindrl.rollout.base import RolloutEngine, RolloutResult, RolloutSampling
 from mindrl.rollout.sampling_ops import raw_token_logprobs, sample_tokens
 
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
     from mindrl.config.generate import GenerateConfig
 
 logger = logging.getLogger(__name__)
-
-_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _eos_ids(model) -> tuple[int, ...]:
@@ -63,12 +62,10 @@ class HFRolloutEngine(RolloutEngine):
 
         from mindrl.accelerator import get_accelerator
 
-        if dtype not in (*_DTYPES, "auto"):
-            raise ValueError(f"dtype must be one of {_DTYPES} or 'auto', got {dtype!r}")
+        load_dtype = "auto" if dtype == "auto" else torch_dtype(dtype)
         self.device = torch.device(device) if device else get_accelerator().device()
-        torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
         self.model = AutoModelForCausalLM.from_pretrained(
-            str(model_dir), dtype=torch_dtype, trust_remote_code=trust_remote_code
+            str(model_dir), dtype=load_dtype, trust_remote_code=trust_remote_code
         ).to(self.device)
         self.model.eval()
         self.max_num_seqs = max_num_seqs

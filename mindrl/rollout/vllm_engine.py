@@ -168,6 +168,9 @@ def prepare_vllm_environment(accelerator: str, cpu_kvcache_space_gb: int = 1) ->
     vllm-ascend plugin must be importable (it registers the Ascend platform).
     """
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from mindrl.logs import setup_worker_logging
+
+    setup_worker_logging()  # in a run's worker: vLLM's lines to OUTPUT_DIR/logs (else no-op)
     if accelerator == "cpu":
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_space_gb)
     elif accelerator == "npu":

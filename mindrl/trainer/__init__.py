@@ -1,23 +1,19 @@
-"""The GRPO loop, its batch, metrics sinks and checkpoint save/resume."""
+"""The GRPO loop, its setup, metrics sinks and checkpoint save/resume.
+
+`run_grpo(run, raw) -> int` (the loop in `grpo.py`) is re-exported on first use rather than
+at import, so `trainer.entry` -- which `--dry-run` runs -- does not import torch.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["run_grpo"]
 
-def run_grpo(run: Any, raw: dict[str, Any]) -> int:
-    """Run GRPO training for a validated config; returns the process exit code."""
-    try:
+
+def __getattr__(name: str) -> Any:
+    if name == "run_grpo":
         from mindrl.trainer.grpo import train
-    except ModuleNotFoundError as exc:
-        if exc.name != "mindrl.trainer.grpo":
-            raise
-        import sys
 
-        print(
-            "error: the GRPO trainer (mindrl/trainer/grpo.py) is not part of this build yet; "
-            "use --dry-run to check a config",
-            file=sys.stderr,
-        )
-        return 3
-    return train(run, raw)
+        return train
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

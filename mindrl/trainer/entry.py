@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print("dry run: config valid, placement fits; nothing started")
         return 0
+    from mindrl.logs import run_logging  # console vs OUTPUT_DIR/logs (runtime.log_level)
     from mindrl.trainer import run_grpo
 
-    return run_grpo(run, raw)
+    with run_logging(run.output_dir, run.runtime.log_level):
+        return run_grpo(run, raw)

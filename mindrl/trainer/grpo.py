@@ -4,74 +4,170 @@
     (old ones only when the batch gets more than one optimizer step) -> group advantages
     -> actor.update (mini-batches x micro-batches) -> actor.sync_weights
 
-The driver holds no model: it owns the batch and calls worker groups, which own the models.
-Placement (hybrid engine or not, colocation) lives in the workers and the plan, not here.
+The driver holds no model: it owns the batch and calls typed role facades, which own the
+models. Placement (hybrid engine or not, colocation) lives in the workers and the plan, not
+here.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from mindrl.config.run import RunConfig
-from mindrl.trainer.context import TrainContext
+from mindrl.trainer.advantage_step import compute_step_advantages, uses_kl_in_reward
+from mindrl.trainer.metrics import Timer
+from mindrl.trainer.rollout_step import generate_batch, step_sampling
+from mindrl.trainer.scoring import Scored, score_with_reward_model, score_with_verifiers
+from mindrl.trainer.setup import Trainer
+from mindrl.trainer.step_metrics import step_metrics
+from mindrl.trainer.weight_sync import sync_weights
 
 logger = logging.getLogger("mindrl.trainer")
 
 
-def grpo_step(ctx: TrainContext, step: int) -> dict[str, float]:
-    """One RL step; returns its metrics."""
-    roles, timer = ctx.roles, ctx.new_timer()
+def recomputes_old_log_probs(run: RunConfig) -> bool:
+    """Whether the old policy's log-probs need their own forward pass: only when a batch
+    gets several optimizer steps (later ones see a moved policy) or the KL-in-reward
+    penalty reads them before the update."""
+    alg = run.rl.algorithm
+    if alg.recompute_old_log_prob == "always" or run.optimizer_steps_per_rl_step > 1:
+        return True
+    return uses_kl_in_reward(alg)
+
+
+def score(t: Trainer, batch: Any) -> Scored:
+    if t.roles.reward is not None:  # rule_reward: false -> the reward model scores
+        return score_with_reward_model(batch, t.roles.reward)
+    assert t.scorer is not None
+    max_tokens = t.run.generate.sampling_config.max_tokens
+    return score_with_verifiers(batch, t.scorer, t.prompts.tokenizer, max_tokens)
+
+
+def grpo_step(
+    t: Trainer, step: int, between_phases: Callable[[], None] = lambda: None
+) -> tuple[dict[str, float], Scored]:
+    """One RL step; its metrics and the scored samples. `between_phases` runs at every
+    phase boundary (where a stop request ends the step)."""
+    roles, run, timer = t.roles, t.run, Timer()
     with timer("step"):
-        records = ctx.dataset.batch(ctx.sampler.next_batch())
+        records = t.prompts.dataset.batch(t.prompts.sampler.next_batch())
         with timer("rollout"):
-            batch = ctx.rollout(records, ctx.sampling(step))
+            batch = generate_batch(
+                roles.generator, records, step_sampling(run, step), t.prompts.pad_id
+            )
+        between_phases()
         with timer("reward"):
-            scores, reward_metrics = ctx.score(batch)
+            scored = score(t, batch)
+        between_phases()
         with timer("ref"):
-            ref_lp = ctx.log_probs(roles.ref, batch) if roles.ref is not None else None
+            ref_lp = roles.ref.log_probs(batch) if roles.ref is not None else None
         old_lp = None
-        if ctx.recomputes_old_log_probs:  # else on-policy: the update's own log-probs
+        if recomputes_old_log_probs(run):  # else on-policy: the update's own log-probs
             with timer("old_log_prob"):
-                old_lp = ctx.log_probs(roles.actor, batch)
+                old_lp = roles.actor.log_probs(batch)
             batch = batch.with_tensors(old_log_probs=old_lp)
+        between_phases()
         with timer("adv"):
-            advantages, kl_metrics = ctx.advantages(batch, scores, old_lp, ref_lp)
-        batch = batch.with_tensors(advantages=advantages)
+            adv = compute_step_advantages(
+                batch, scored.scores, run.rl.algorithm, t.kl_ctrl, old_lp, ref_lp
+            )
+        batch = batch.with_response_mask(adv.response_mask).with_tensors(advantages=adv.values)
         if ref_lp is not None:
             batch = batch.with_tensors(ref_log_probs=ref_lp)
         with timer("update"):
-            update = roles.actor.dispatch_by_dp("update", batch.chunks(roles.actor.dp_size), step)[
-                0
-            ]
+            update = roles.actor.update(batch, step)
         with timer("sync"):
-            sync = ctx.sync_weights()
-    return ctx.step_metrics(batch, scores, timer, reward_metrics, kl_metrics, update, sync)
+            sync = sync_weights(roles)
+    metrics = step_metrics(
+        batch,
+        scored.scores,
+        timer.metrics(),
+        scored.metrics,
+        adv.metrics,
+        update,
+        sync,
+        epochs=run.rl.algorithm.epochs,
+    )
+    return metrics, scored
+
+
+def run_state_now(t: Trainer, step: int) -> Any:
+    from mindrl.trainer.run_state import RunState
+
+    return RunState.capture(step, t.prompts.sampler.state_dict(), t.kl_ctrl.state_dict())
+
+
+@dataclass
+class Progress:
+    completed: int = 0  # steps whose metrics were logged
+
+
+def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progress) -> None:
+    """Validation before training if asked, the steps, checkpoints, the final export."""
+    from mindrl.trainer.checkpointing import export_final
+    from mindrl.trainer.validation import validate, validation_due
+
+    loop = t.run.rl.loop
+    progress.completed = t.start_step
+    if loop.val_before_train or loop.val_only:
+        _log_validation(t, t.start_step, validate)
+    if loop.val_only:
+        return
+    for step in range(t.start_step, t.total_steps):
+        between_phases()
+        metrics, scored = grpo_step(t, step, between_phases)
+        t.metrics.log(step + 1, metrics)
+        progress.completed = step + 1
+        if t.run.rl.logging.log_completions:
+            t.metrics.log_completions(step + 1, scored.completions)
+        if t.checkpoints.due(step + 1):
+            t.checkpoints.save(step + 1, t.roles.actor, run_state_now(t, step + 1))
+        if validation_due(t, step + 1):
+            _log_validation(t, step + 1, validate)
+    export_final(t.run, t.roles.actor)
+
+
+def _log_validation(t: Trainer, step: int, validate: Callable[[Trainer, int], Any]) -> None:
+    out = validate(t, step)
+    if out is not None:
+        t.metrics.log(step, out)
 
 
 def train(run: RunConfig, raw: dict[str, Any]) -> int:
-    """Run GRPO for `run`; 0 on success, 1 when a worker fails (named in the message)."""
+    """Run GRPO for `run`; 0 on success, 1 when a worker fails (named in the message), 2 for
+    a damaged checkpoint, 128 + N after signal N."""
+    from mindrl.checkpoint.errors import CheckpointReadError
     from mindrl.cluster.errors import WorkerGroupError
+    from mindrl.trainer.checkpointing import CheckpointWriter
+    from mindrl.trainer.interrupts import RunInterrupted, stop_on_signals
+    from mindrl.trainer.setup import setup
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    ctx = TrainContext(run, raw)
-    try:
-        with ctx.started():
-            if run.rl.loop.val_before_train or run.rl.loop.val_only:
-                ctx.log_validation(ctx.start_step)
-            if run.rl.loop.val_only:
-                return 0
-            for step in range(ctx.start_step, ctx.total_steps):
-                metrics = grpo_step(ctx, step)
-                ctx.logger.log(step + 1, metrics)
-                ctx.log_completions(step + 1)
-                if ctx.checkpoint_due(step + 1):
-                    ctx.save_checkpoint(step + 1)
-                if ctx.validation_due(step + 1):
-                    ctx.log_validation(step + 1)
-            ctx.export_final()
-    except WorkerGroupError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    progress = Progress()
+
+    def stopped(signum: int) -> int:
+        last = CheckpointWriter(run).latest_name() or "none"
+        print(f"interrupted at step {progress.completed}; last checkpoint {last}", file=sys.stderr)
+        return RunInterrupted(signum).exit_code
+
+    with stop_on_signals(run.runtime.stop_grace_s) as stop:
+        try:
+            with setup(run, raw) as t:
+                stop.install()  # Ray installs its own handlers while starting
+                stop.check()
+                train_loop(t, stop.check, progress)
+        except RunInterrupted as exc:
+            return stopped(exc.signum)
+        except CheckpointReadError as exc:
+            print(f"error: damaged checkpoint: {exc}", file=sys.stderr)
+            return 2
+        except WorkerGroupError as exc:
+            if stop.signum is not None:  # the signal reached the workers too
+                return stopped(stop.signum)
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     return 0

@@ -10,40 +10,51 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mindrl.accelerator import get_accelerator
 from mindrl.cluster.placement import PlacementPlan
 from mindrl.config.run import RunConfig
+from mindrl.workers.facades import (
+    ActorGroup,
+    ReferenceGroup,
+    RewardModelGroup,
+    RolloutGenerator,
+    RolloutGroup,
+)
+
+if TYPE_CHECKING:
+    from mindrl.cluster.worker_group import WorkerGroup
 
 logger = logging.getLogger("mindrl.trainer")
 
 
 @dataclass
 class Roles:
-    actor: Any  # WorkerGroup of ActorWorker
-    ref: Any | None  # WorkerGroup of ReferenceWorker
-    reward: Any | None  # WorkerGroup of RewardWorker (reward model; rule_reward false)
-    rollout: Any | None  # WorkerGroup of RolloutWorker when rollout has its own devices
+    """The run's role facades; `generator` is whichever of them generates."""
+
+    actor: ActorGroup
+    ref: ReferenceGroup | None
+    reward: RewardModelGroup | None  # a reward model (rule_reward: false)
+    rollout: RolloutGroup | None  # when rollout has its own devices
+    groups: list[WorkerGroup]
     placement_groups: dict[str, Any]
 
     @property
-    def generator(self) -> Any:
+    def generator(self) -> RolloutGenerator:
         """The group that generates: the rollout group, else the hybrid actor."""
         return self.rollout if self.rollout is not None else self.actor
 
-    def groups(self) -> list[Any]:
-        return [g for g in (self.actor, self.ref, self.reward, self.rollout) if g is not None]
-
     def shutdown(self) -> None:
-        from mindrl.cluster.worker_group import remove_placement_groups
-
-        for group in self.groups():
-            group.shutdown()
-        remove_placement_groups(self.placement_groups)
+        shutdown_groups(self.groups, self.placement_groups)
 
 
-ROLE_ORDER = ("actor", "ref", "reward", "rollout")
+def shutdown_groups(groups: list[WorkerGroup], placement_groups: dict[str, Any]) -> None:
+    from mindrl.cluster.placement_groups import remove_placement_groups
+
+    for group in groups:
+        group.shutdown()
+    remove_placement_groups(placement_groups)
 
 
 def _worker_env(run: RunConfig, cpus: float) -> dict[str, str]:
@@ -61,14 +72,14 @@ def _worker_env(run: RunConfig, cpus: float) -> dict[str, str]:
 
 def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) -> Roles:
     """Placement groups, then one worker group per role; constructors only (no model yet)."""
-    from mindrl.cluster.worker_group import (
-        WorkerGroup,
+    from mindrl.cluster.placement_groups import (
         bundle_indices,
         cpus_per_worker,
         create_placement_groups,
         describe_bundle_nodes,
         devices_per_worker,
     )
+    from mindrl.cluster.worker_group import WorkerGroup
     from mindrl.workers.actor import ActorWorker
     from mindrl.workers.megatron_worker import ReferenceWorker
     from mindrl.workers.reward import RewardWorker
@@ -77,7 +88,7 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
     timeout = run.runtime.worker_timeout_s
     pgs = create_placement_groups(plan, timeout_s=min(timeout, 300.0))
     logger.info("%s", describe_bundle_nodes(pgs))
-    groups: dict[str, Any] = {}
+    groups: dict[str, WorkerGroup] = {}
     try:
         for device_group in plan.groups:
             for layout in device_group.roles:
@@ -103,6 +114,14 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
                     timeout_s=timeout,
                 )
     except BaseException:
-        Roles(*(groups.get(r) for r in ROLE_ORDER), pgs).shutdown()
+        shutdown_groups(list(groups.values()), pgs)
         raise
-    return Roles(*(groups.get(r) for r in ROLE_ORDER), pgs)
+    ref, reward, rollout = (groups.get(r) for r in ("ref", "reward", "rollout"))
+    return Roles(
+        actor=ActorGroup(groups["actor"]),
+        ref=ReferenceGroup(ref) if ref is not None else None,
+        reward=RewardModelGroup(reward) if reward is not None else None,
+        rollout=RolloutGroup(rollout) if rollout is not None else None,
+        groups=list(groups.values()),
+        placement_groups=pgs,
+    )

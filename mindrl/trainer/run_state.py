@@ -19,12 +19,10 @@ no pickle, and exact, since Python's float repr and integer lists round-trip bit
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import logging
 import os
-import random
 import re
 import secrets
 import shutil
@@ -33,11 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
 from mindrl.checkpoint.atomic import atomic_write_text, fsync_dir, fsync_tree
 from mindrl.checkpoint.mcore_io import RELEASE, TRACKER_FILE, iteration_dir_name
+from mindrl.checkpoint.rng_state import RngState
 
 logger = logging.getLogger(__name__)
 
@@ -45,59 +41,6 @@ RUN_STATE_FILE = "run_state.json"
 RUN_STATE_FORMAT = 1
 _ITER_RE = re.compile(r"^iter_(\d{7,})$")
 _SCRATCH_RE = re.compile(r"^\.iter_\d{7,}\.(tmp|old|del)-[0-9a-f]+$")
-
-
-# ---------------------------------------------------------------------------- RNG state
-@dataclass(frozen=True)
-class RngState:
-    """The driver's Python, NumPy (legacy global) and torch CPU generator states."""
-
-    python: tuple[Any, ...]  # random.getstate(): (version, 625 ints, gauss_next)
-    numpy: tuple[
-        Any, ...
-    ]  # np.random.get_state(): (name, 624 uint32 as ints, pos, has_gauss, cached)
-    torch: bytes  # torch.get_rng_state() bytes
-
-    @classmethod
-    def capture(cls) -> RngState:
-        version, internal, gauss_next = random.getstate()
-        name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
-        return cls(
-            python=(version, tuple(internal), gauss_next),
-            numpy=(str(name), tuple(int(k) for k in keys), int(pos), int(has_gauss), float(cached)),
-            torch=torch.get_rng_state().numpy().tobytes(),
-        )
-
-    def restore(self) -> None:
-        """Put every generator back, so the next draws repeat those after ``capture``."""
-        version, internal, gauss_next = self.python
-        random.setstate((version, tuple(internal), gauss_next))
-        name, keys, pos, has_gauss, cached = self.numpy
-        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-        torch.set_rng_state(torch.frombuffer(bytearray(self.torch), dtype=torch.uint8))
-
-    def to_json(self) -> dict[str, Any]:
-        version, internal, gauss_next = self.python
-        return {
-            "python": {"version": version, "state": list(internal), "gauss_next": gauss_next},
-            "numpy": dict(zip(("name", "keys", "pos", "has_gauss", "cached_gaussian"), self.numpy)),
-            "torch": base64.b64encode(self.torch).decode("ascii"),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RngState:
-        py, nq = data["python"], data["numpy"]
-        return cls(
-            python=(int(py["version"]), tuple(int(x) for x in py["state"]), py["gauss_next"]),
-            numpy=(
-                str(nq["name"]),
-                tuple(int(k) for k in nq["keys"]),
-                int(nq["pos"]),
-                int(nq["has_gauss"]),
-                float(nq["cached_gaussian"]),
-            ),
-            torch=base64.b64decode(data["torch"]),
-        )
 
 
 # ---------------------------------------------------------------------------- run state

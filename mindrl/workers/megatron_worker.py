@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mindrl.cluster.worker import Worker
@@ -20,14 +19,9 @@ from mindrl.config.run import RunConfig
 if TYPE_CHECKING:
     import torch
 
-    from mindrl.trainer.batch import SampleBatch
+    from mindrl.data.batch import SampleBatch
 
 logger = logging.getLogger(__name__)
-
-
-def is_hf_folder(path: str | Path) -> bool:
-    path = Path(path)
-    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
 
 
 class MegatronModelWorker(Worker):
@@ -45,14 +39,9 @@ class MegatronModelWorker(Worker):
     def init_model(self, resume_dir: str | None = None) -> dict[str, int]:
         """Join the process group, build this rank's model chunk and load its weights (from
         `resume_dir`, a trainer checkpoint, when resuming)."""
-        import torch
-
         from mindrl.models.gpt import build_gpt_model
         from mindrl.models.parallel import init_parallel
 
-        threads = int(os.environ.get("MINDRL_NUM_THREADS", "0"))
-        if threads > 0:
-            torch.set_num_threads(threads)
         self.info = init_parallel(
             self.cfg.tp,
             self.cfg.pp,
@@ -86,6 +75,8 @@ class MegatronModelWorker(Worker):
         if load is None:
             logger.warning("%s: no load path, weights stay randomly initialised", self.role)
             return
+        from mindrl.checkpoint.folders import is_hf_folder
+
         if is_hf_folder(load):
             from mindrl.checkpoint.online import load_hf_into_mcore
 
@@ -107,6 +98,7 @@ class MegatronModelWorker(Worker):
     def compute_log_prob(self, batch: SampleBatch) -> torch.Tensor:
         """Per-token log-probs [B, S-1] of `batch` under this model (no grad), fp32; 0 off the
         response columns (only those are computed)."""
+        from mindrl.data.batch import micro_batch_size
         from mindrl.models.logprobs import forward_only
 
         for chunk in self.model_chunks:
@@ -116,15 +108,9 @@ class MegatronModelWorker(Worker):
             batch.input_ids,
             vocab_size=self.cfg.model.vocab_size,
             attention_mask=batch.attention_mask,
-            micro_batch_size=self._micro_batch(batch.size),
+            micro_batch_size=micro_batch_size(self.cfg.batch.micro_batch_size, batch.size),
             response_mask=batch.response_mask,
         ).cpu()
-
-    def _micro_batch(self, batch_size: int) -> int:
-        mbs = min(self.cfg.batch.micro_batch_size, batch_size)
-        while batch_size % mbs:
-            mbs -= 1
-        return mbs
 
     def shutdown(self) -> None:
         from mindrl.models.parallel import destroy_parallel

@@ -7,7 +7,6 @@ reward model with the policy's tokenizer works as is; it runs at TP = PP = 1 (va
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from mindrl.cluster.worker import Worker
@@ -16,7 +15,7 @@ from mindrl.config.run import RunConfig
 if TYPE_CHECKING:
     import torch
 
-    from mindrl.trainer.batch import SampleBatch
+    from mindrl.data.batch import SampleBatch
 
 
 class RewardWorker(Worker):
@@ -28,19 +27,14 @@ class RewardWorker(Worker):
         self.device: Any = None
 
     def init_model(self) -> int:
-        import torch
         from transformers import AutoModelForSequenceClassification
 
         from mindrl.accelerator import get_accelerator
+        from mindrl.models.dtypes import torch_dtype
 
-        threads = int(os.environ.get("MINDRL_NUM_THREADS", "0"))
-        if threads > 0:
-            torch.set_num_threads(threads)
         acc = get_accelerator(self.run.runtime.accelerator)
         self.device = acc.device(0)  # Ray narrows the visible devices to this worker's one
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(
-            self.cfg.precision.params_dtype, torch.float32
-        )
+        dtype = torch_dtype(self.cfg.precision.params_dtype)
         self.model = AutoModelForSequenceClassification.from_pretrained(
             self.cfg.ckpt.load, dtype=dtype
         ).to(self.device)

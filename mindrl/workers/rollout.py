@@ -4,10 +4,14 @@ object store after every update."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mindrl.cluster.worker import Worker
 from mindrl.config.run import RunConfig
+
+if TYPE_CHECKING:
+    from mindrl.rollout.base import RolloutEngine, RolloutSampling
+    from mindrl.rollout.rows import RolloutRow
 
 
 class RolloutWorker(Worker):
@@ -16,19 +20,12 @@ class RolloutWorker(Worker):
     def __init__(self, run: RunConfig):
         super().__init__()
         self.run = run
-        self.engine: Any = None
+        self.engine: RolloutEngine | None = None
 
     def init_engine(self, model_dir: str) -> int:
-        import os
-
-        import torch
-
         from mindrl.accelerator import get_accelerator
         from mindrl.rollout import build_rollout_engine
 
-        threads = int(os.environ.get("MINDRL_NUM_THREADS", "0"))
-        if threads > 0:
-            torch.set_num_threads(threads)  # before vLLM replaces it with a no-op
         self.engine = build_rollout_engine(
             model_dir,
             self.run.generate,
@@ -40,28 +37,27 @@ class RolloutWorker(Worker):
     def rollout_rank(self) -> int:
         return self.rank
 
-    def generate(self, prompts: list[list[int]], sampling: Any) -> list[dict[str, Any]]:
-        from mindrl.workers.actor import results_to_rows
+    def generate(self, prompts: list[list[int]], sampling: RolloutSampling) -> list[RolloutRow]:
+        from mindrl.rollout.rows import rollout_rows
 
-        return results_to_rows(self.engine.generate(prompts, sampling))
+        return rollout_rows(self._engine().generate(prompts, sampling))
 
     def load_weight_buckets(self, bucket_refs: list[Any]) -> int:
-        """Fetch the actor's weight buckets one at a time (bounded memory) into the engine."""
-        import ray
-        import torch
+        """The actor's packed weight buckets into the engine; bytes moved."""
+        from mindrl.workers.weight_transfer import load_weight_buckets
 
-        moved = 0
-        for ref in bucket_refs:
-            bucket = [(name, torch.from_numpy(array)) for name, array in ray.get(ref)]
-            self.engine.update_weights(bucket)
-            moved += sum(t.numel() * t.element_size() for _, t in bucket)
-        return moved
+        return load_weight_buckets(self._engine(), bucket_refs)
 
     def rollout_mode(self) -> None:
-        self.engine.wake_up()
+        self._engine().wake_up()
 
     def train_mode(self) -> None:
-        self.engine.sleep()
+        self._engine().sleep()
+
+    def _engine(self) -> RolloutEngine:
+        if self.engine is None:
+            raise RuntimeError("init_engine has not run")
+        return self.engine
 
     def shutdown(self) -> None:
         if self.engine is not None:

@@ -1,18 +1,24 @@
-"""Helpers for the end-to-end tests: run cli/train_grpo.py in a subprocess and read its output."""
+"""Helpers for the end-to-end tests: run cli/train_grpo.py in a fresh process (the
+fresh-process runner of tests/fresh_process.py: bounded, killed with its process tree by pid
+on timeout) and read its outputs."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.fresh_process import REPO as ROOT
+from tests.fresh_process import ProcessRun, run_process
+
 CLI = ROOT / "cli" / "train_grpo.py"
 VOLATILE = ("time", "e2e_tps", "update_tps", "vllm_tps", "reward/score_time_s", "resharding/")
+TRAIN_TIMEOUT_S = 600.0  # one tiny run, Ray and the workers' start-up included
 
 
 def train_cmd(out: Path, *overrides: str) -> list[str]:
+    """The command line of a grpo_tiny_cpu run writing to `out`."""
     return [
         sys.executable,
         str(CLI),
@@ -24,13 +30,17 @@ def train_cmd(out: Path, *overrides: str) -> list[str]:
     ]
 
 
-def run_train(out: Path, *overrides: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        train_cmd(out, *overrides), capture_output=True, text=True, timeout=timeout, cwd=ROOT
-    )
+def run_train(out: Path, *overrides: str, timeout_s: float = TRAIN_TIMEOUT_S) -> ProcessRun:
+    """Run the trainer to completion (returncode, stdout, stderr); each run's logs are kept in
+    a new folder beside `out`. Raises FreshProcessError, after killing the run's process tree,
+    on timeout."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log_dir = Path(tempfile.mkdtemp(prefix=f"{out.name}.logs-", dir=out.parent))
+    return run_process(train_cmd(out, *overrides), timeout_s=timeout_s, cwd=ROOT, log_dir=log_dir)
 
 
 def read_metrics(out: Path) -> list[dict]:
+    """The run's metrics.jsonl, one dict per record."""
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 

@@ -7,8 +7,6 @@ import pytest
 
 from tests.e2e._run import read_metrics, run_train
 
-pytestmark = [pytest.mark.slow, pytest.mark.multiproc]
-
 
 @pytest.fixture(scope="module")
 def tiny_reward_model(tmp_path_factory, tiny_model_dir):

@@ -1,13 +1,18 @@
-"""Run by test_actor_worker.py in a fresh process: an ActorWorker (world of one, real
-megatron-core, HF rollout engine) takes a NaN batch, then a finite one. Prints JSON."""
+"""Run by test_actor_worker.py through the `fresh_process` fixture: an ActorWorker (world of
+one, real megatron-core, HF rollout engine) takes a NaN batch, then a finite one.
 
-import json
+Arguments: none. Result: the rollout/training log-prob mismatch, the skip counters, the grad
+norms and whether the weights moved after each update."""
+
 import math
+from typing import Any
 
 import torch
 
+from tests.fresh_process import json_main
 
-def main() -> None:
+
+def main(args: dict[str, Any]) -> dict[str, Any]:
     from _actor_setup import actor_and_sampled_batch
 
     from mindrl.algorithms import compute_advantages
@@ -24,23 +29,18 @@ def main() -> None:
     good = batch.with_tensors(old_log_probs=old, advantages=adv, ref_log_probs=old)
     m_good = worker.update(good, 1)
     after_good = params()
-    print(
-        json.dumps(
-            {
-                "mismatch": mismatch,
-                "skipped_after_bad": m_bad["actor/skipped_updates"],
-                "bad_grad_norm_nan": math.isnan(m_bad["grad_norm"]),
-                "unchanged_after_bad": all(torch.equal(a, b) for a, b in zip(before, after_bad)),
-                "skipped_after_good": m_good["actor/skipped_updates"],
-                "changed_after_good": any(
-                    not torch.equal(a, b) for a, b in zip(after_bad, after_good)
-                ),
-                "good_grad_norm": m_good["grad_norm"],
-            }
-        )
-    )
+    result = {
+        "mismatch": mismatch,
+        "skipped_after_bad": float(m_bad["actor/skipped_updates"]),
+        "bad_grad_norm_nan": math.isnan(m_bad["grad_norm"]),
+        "unchanged_after_bad": all(torch.equal(a, b) for a, b in zip(before, after_bad)),
+        "skipped_after_good": float(m_good["actor/skipped_updates"]),
+        "changed_after_good": any(not torch.equal(a, b) for a, b in zip(after_bad, after_good)),
+        "good_grad_norm": float(m_good["grad_norm"]),
+    }
     worker.shutdown()
+    return result
 
 
 if __name__ == "__main__":
-    main()
+    json_main(main)

@@ -1,14 +1,20 @@
-"""Run by test_actor_worker.py in a fresh process: an ActorWorker (world of one, real
-megatron-core, HF rollout engine) scores one sampled batch and takes one update, either with
-recomputed old log-probs or on-policy (without them). argv: MODE OUT_FILE. Saves the
-log-probs (all tokens / response only), the update metrics and the updated weights."""
+"""Run by test_actor_worker.py through the `fresh_process` fixture: an ActorWorker (world of
+one, real megatron-core, HF rollout engine) scores one sampled batch and takes one update,
+either with recomputed old log-probs or on-policy (without them).
 
-import sys
+Arguments: {"mode": "recompute" | "on_policy", "tensors_file": PT_FILE}. Result: the update
+metrics; the tensors (log-probs of all tokens / response only, masks, initial and updated
+weights) go to `tensors_file` (torch.save), which the result names."""
+
+from typing import Any
 
 import torch
 
+from tests.fresh_process import json_main
 
-def main(mode: str, out_file: str) -> None:
+
+def main(args: dict[str, Any]) -> dict[str, Any]:
+    mode, out_file = args["mode"], args["tensors_file"]
     from _actor_setup import actor_and_sampled_batch
 
     from mindrl.algorithms import compute_advantages
@@ -36,14 +42,14 @@ def main(mode: str, out_file: str) -> None:
             "response_only": old,
             "response_mask": batch.response_mask,
             "attention_mask": batch.attention_mask,
-            "metrics": metrics,
             "initial": initial,
             "weights": [p.detach().clone() for p in worker.model_chunks[0].parameters()],
         },
         out_file,
     )
     worker.shutdown()
+    return {"metrics": {k: float(v) for k, v in metrics.items()}, "tensors_file": out_file}
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    json_main(main)

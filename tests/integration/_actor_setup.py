@@ -8,9 +8,9 @@ def actor_and_sampled_batch(overrides: list[str]) -> tuple[Any, Any, Any]:
     """(run config, initialised worker with its engine in sync, SampleBatch with the
     engine's log-probs as `rollout_log_probs`)."""
     from mindrl.config import load_run_config
+    from mindrl.data.batch import build_sample_batch
     from mindrl.data.dataset import PromptDataset
     from mindrl.rollout import RolloutSampling
-    from mindrl.trainer.batch import build_sample_batch
     from mindrl.workers.actor import ActorWorker
 
     run, _ = load_run_config("grpo_tiny_cpu", ["generate_config.rollout_backend=hf", *overrides])
@@ -21,9 +21,9 @@ def actor_and_sampled_batch(overrides: list[str]) -> tuple[Any, Any, Any]:
     prompts = [list(ds[i].prompt_ids) for i in range(8)]
     rows = worker.generate(prompts, RolloutSampling(n=8, max_tokens=8, seed=3))
     batch = build_sample_batch(
-        [prompts[r["prompt_index"]] for r in rows],
-        [r["token_ids"] for r in rows],
+        [prompts[r.prompt_index] for r in rows],
+        [r.token_ids for r in rows],
         0,
-        rollout_log_probs=[r["log_probs"] for r in rows],
+        rollout_log_probs=[r.log_probs for r in rows],
     )
     return run, worker, batch

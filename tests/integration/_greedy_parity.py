@@ -1,11 +1,15 @@
-"""Run by test_greedy_parity.py in a fresh process: greedy continuations of the same chat
-prompts from the megatron-core model (full forward per token), the HF rollout engine and the
-vLLM engine. argv: MODEL_DIR MAX_NEW_TOKENS. Prints one JSON line of token lists."""
+"""Run by test_greedy_parity.py through the `fresh_process` fixture: greedy continuations of
+the same chat prompts from the megatron-core model (full forward per token), the HF rollout
+engine and the vLLM engine.
 
-import json
-import sys
+Arguments: {"model_dir": HF_DIR, "max_new_tokens": int}. Result: {"megatron" | "hf" | "vllm":
+one token list per prompt}."""
+
+from typing import Any
 
 import torch
+
+from tests.fresh_process import json_main
 
 
 def megatron_greedy(
@@ -37,7 +41,8 @@ def megatron_greedy(
     return out
 
 
-def main(model_dir: str, new: int) -> None:
+def main(args: dict[str, Any]) -> dict[str, Any]:
+    model_dir, new = args["model_dir"], int(args["max_new_tokens"])
     from transformers import AutoTokenizer
 
     from mindrl.rollout import RolloutSampling
@@ -58,7 +63,7 @@ def main(model_dir: str, new: int) -> None:
         result["hf"] = [list(r.token_ids) for r in hf.generate(prompts, greedy)]
     with VLLMRolloutEngine.from_config(model_dir, _generate_cfg(), seed=0) as vllm:
         result["vllm"] = [list(r.token_ids) for r in vllm.generate(prompts, greedy)]
-    print(json.dumps(result))
+    return result
 
 
 def _generate_cfg():
@@ -68,4 +73,4 @@ def _generate_cfg():
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    json_main(main)

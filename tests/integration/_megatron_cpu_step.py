@@ -1,16 +1,21 @@
-"""Run by test_megatron_cpu_shims.py in a fresh process: one megatron-core training step on CPU.
+"""Run by test_megatron_cpu_shims.py through the `fresh_process` fixture: three megatron-core
+training steps of a small GPTModel on CPU (world of one over gloo on 127.0.0.1).
 
-argv: PORT APPLY_SHIMS(0|1). Prints one JSON line with the losses and grad norm.
+Arguments: {"port": int, "apply_shims": bool}. Result: {"losses", "grad_norms": per step,
+"ok": the optimizer's last success flag, "grads_finite"}. Without the shims it is expected to
+fail (exit non-zero) on megatron's CUDA calls.
 """
 
-import json
 import os
-import sys
+from typing import Any
 
 import torch
 
+from tests.fresh_process import json_main
 
-def main(port: int, apply_shims: bool) -> None:
+
+def main(args: dict[str, Any]) -> dict[str, Any]:
+    port, apply_shims = int(args["port"]), bool(args["apply_shims"])
     from mindrl.accelerator import get_accelerator
 
     acc = get_accelerator("cpu")
@@ -66,12 +71,10 @@ def main(port: int, apply_shims: bool) -> None:
         grads_finite = all(torch.isfinite(p.main_grad).all() for p in model.parameters())
         ok, grad_norm, _ = opt.step()
         losses.append(loss.item())
-        norms.append(grad_norm)
-    print(
-        json.dumps({"losses": losses, "grad_norms": norms, "ok": ok, "grads_finite": grads_finite})
-    )
+        norms.append(float(grad_norm))
     torch.distributed.destroy_process_group()
+    return {"losses": losses, "grad_norms": norms, "ok": bool(ok), "grads_finite": grads_finite}
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), sys.argv[2] == "1")
+    json_main(main)

@@ -1,6 +1,7 @@
-"""One rank of a multi-process megatron-core test (launched by `_mp_launch.run_ranks`).
+"""One rank of a multi-process megatron-core test, launched on every rank by the
+`fresh_process` fixture (`fresh_process.ranks` / `run_json_ranks`, tests/fresh_process.py).
 
-argv[1] is a JSON spec: {"tp": int, "pp": int, "steps": [...]}; steps run in order:
+Arguments: {"tp": int, "pp": int, "steps": [...]}; steps run in order:
   {"op": "build", "arch_hf": HF_DIR | "arch_ckpt": MCORE_DIR, "dtype": "fp32"}
   {"op": "load_hf", "dir": HF_DIR}
   {"op": "load_mcore", "dir": MCORE_DIR}
@@ -9,16 +10,18 @@ argv[1] is a JSON spec: {"tp": int, "pp": int, "steps": [...]}; steps run in ord
   {"op": "save_mcore", "dir": ROOT, "iteration": int | null, "assets": HF_DIR | null}
   {"op": "export_hf", "dir": OUT_DIR, "assets": HF_DIR | null}
 Every rank checks that its result equals rank 0's (the pipeline broadcast); rank 0 saves it.
+Result (per rank): {"rank", "world_size", "ops": the ops run, in order}.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 import warnings
+from typing import Any
+
+from tests.fresh_process import json_main
 
 
-def main(spec_path: str) -> None:
+def main(spec: dict[str, Any]) -> dict[str, Any]:
     warnings.filterwarnings("ignore")
     import torch
     import torch.distributed as dist
@@ -35,9 +38,9 @@ def main(spec_path: str) -> None:
     from mindrl.models.parallel import destroy_parallel, init_parallel
 
     torch.set_num_threads(1)
-    spec = json.loads(open(spec_path).read())
     info = init_parallel(spec["tp"], spec["pp"], accelerator="cpu", seed=1)
     model = arch = None
+    done: list[str] = []
     try:
         for step in spec["steps"]:
             op = step["op"]
@@ -83,9 +86,12 @@ def main(spec_path: str) -> None:
             else:
                 raise ValueError(f"unknown op {op}")
             dist.barrier()
+            done.append(op)
+        world_size = dist.get_world_size()
     finally:
         destroy_parallel()
+    return {"rank": info.rank, "world_size": world_size, "ops": done}
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    json_main(main)

@@ -3,23 +3,17 @@ non-finite loss or grad norm skips the update (counted) instead of corrupting th
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 SCRIPT = Path(__file__).with_name("_actor_nonfinite.py")
+ON_POLICY = Path(__file__).with_name("_actor_on_policy.py")
+TIMEOUT_S = 300.0
 
 
-@pytest.mark.multiproc
-def test_non_finite_update_is_skipped_and_counted(tiny_model_dir):
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+def test_non_finite_update_is_skipped_and_counted(fresh_process, tiny_model_dir):
+    out = fresh_process(SCRIPT, timeout_s=TIMEOUT_S)
     assert out["mismatch"] < 1e-4  # megatron's log-probs of the sampled tokens == the engine's
     # grpo_tiny_cpu: 8 prompts x 8 samples in mini-batches of 32 -> two optimizer steps
     assert out["skipped_after_bad"] == 2 and out["bad_grad_norm_nan"]
@@ -28,11 +22,7 @@ def test_non_finite_update_is_skipped_and_counted(tiny_model_dir):
     assert out["changed_after_good"] and out["good_grad_norm"] > 0
 
 
-ON_POLICY = Path(__file__).with_name("_actor_on_policy.py")
-
-
-@pytest.mark.multiproc
-def test_on_policy_update_equals_recomputed_old_log_probs(tiny_model_dir, tmp_path):
+def test_on_policy_update_equals_recomputed_old_log_probs(fresh_process, tiny_model_dir, tmp_path):
     """One optimizer step per RL step: skipping the old-policy pass (the update uses its own
     detached log-probs) gives the same update as recomputing them; and log-probs computed on
     the response tokens only equal those from a pass over every token."""
@@ -40,15 +30,9 @@ def test_on_policy_update_equals_recomputed_old_log_probs(tiny_model_dir, tmp_pa
 
     results = {}
     for mode in ("recompute", "on_policy"):
-        out = tmp_path / f"{mode}.pt"
-        proc = subprocess.run(
-            [sys.executable, str(ON_POLICY), mode, str(out)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        results[mode] = torch.load(out)
+        args = {"mode": mode, "tensors_file": str(tmp_path / f"{mode}.pt")}
+        out = fresh_process(ON_POLICY, args, timeout_s=TIMEOUT_S)
+        results[mode] = {**torch.load(out["tensors_file"]), "metrics": out["metrics"]}
     rec, onp = results["recompute"], results["on_policy"]
     mask = rec["response_mask"].bool()
     assert mask.sum() > 0

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from mindrl.checkpoint.errors import ConversionError
+from mindrl.checkpoint.errors import ConversionError, CorruptCheckpointError
 from mindrl.checkpoint.offline import convert_hf_to_mcore, convert_mcore_to_hf
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,7 +126,7 @@ def test_corrupt_megatron_checkpoint(tiny_model_dir, tmp_path):
     convert_hf_to_mcore(tiny_model_dir, mg)
     shard = sorted((mg / "release").glob("*.distcp"))[0]
     shard.write_bytes(shard.read_bytes()[:100])  # truncated mid-file
-    with pytest.raises(ConversionError, match="megatron checkpoint"):
+    with pytest.raises(CorruptCheckpointError, match=rf"{shard.name}: truncated: 100 bytes"):
         convert_mcore_to_hf(mg, tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".hf")]
@@ -169,9 +169,113 @@ def test_cli_prints_one_line_and_exits_nonzero(tiny_model_dir, tmp_path):
 
 
 def test_cli_debug_shows_traceback(tmp_path):
+    (tmp_path / "empty").mkdir()
     proc = _cli(
         "--load-model-type", "mg", "--save-model-type", "hf", "--debug",
-        "--load-dir", str(tmp_path), "--save-dir", str(tmp_path / "out"),
+        "--load-dir", str(tmp_path / "empty"), "--save-dir", str(tmp_path / "out"),
     )  # fmt: skip
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr and "latest_checkpointed_iteration.txt" in proc.stderr
+
+
+# ---------------------------------------------------------------- the CLI, one case at a time
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def _cli_refuses(
+    tmp_path: Path, load: Path, save: Path, needle: str, *flags: str, mg: bool = False
+) -> None:
+    """The converter exits non-zero with one stderr line holding `needle`, no traceback, and
+    neither leaves anything new in tmp_path (save dir, temp siblings) nor changes load."""
+    before = _listing(tmp_path)
+    kinds = ("mg", "hf") if mg else ("hf", "mg")
+    proc = _cli(
+        "--load-model-type", kinds[0], "--save-model-type", kinds[1],
+        "--load-dir", str(load), "--save-dir", str(save), *flags,
+    )  # fmt: skip
+    assert proc.returncode != 0, proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("convert_ckpt: error: ") and needle in lines[0], lines[0]
+    assert _listing(tmp_path) == before
+
+
+def test_cli_truncated_safetensors(hf_copy, tmp_path):
+    weights = hf_copy / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    _cli_refuses(
+        tmp_path,
+        hf_copy,
+        tmp_path / "out",
+        f"{weights}: truncated: {len(data) // 2} bytes, but its header needs {len(data)}",
+    )
+
+
+def test_cli_wrong_tensor_shape(hf_copy, tmp_path):
+    def edit(t):
+        t["model.layers.1.mlp.down_proj.weight"] = torch.zeros(128, 7)
+
+    _edit_weights(hf_copy, edit)
+    _cli_refuses(tmp_path, hf_copy, tmp_path / "out", "model.layers.1.mlp.down_proj.weight")
+
+
+def test_cli_missing_config_json(hf_copy, tmp_path):
+    (hf_copy / "config.json").unlink()
+    _cli_refuses(tmp_path, hf_copy, tmp_path / "out", "config.json does not exist")
+
+
+def test_cli_save_dir_inside_load_dir(hf_copy, tmp_path):
+    _cli_refuses(tmp_path, hf_copy, hf_copy / "mg", "is inside --load-dir")
+    _cli_refuses(tmp_path, hf_copy, hf_copy / "a" / "b", "is inside --load-dir")
+
+
+def test_cli_load_dir_inside_save_dir(hf_copy, tmp_path):
+    _cli_refuses(tmp_path, hf_copy, tmp_path, "is inside --save-dir")
+
+
+def test_cli_save_dir_is_load_dir(hf_copy, tmp_path):
+    _cli_refuses(tmp_path, hf_copy, hf_copy, "is the --load-dir itself")
+    # the same folder spelt differently (trailing "/.", a symlink) is still the same folder
+    link = tmp_path / "link"
+    link.symlink_to(hf_copy)
+    _cli_refuses(tmp_path, hf_copy, link, "is the --load-dir itself")
+    _cli_refuses(tmp_path, Path(f"{hf_copy}/."), hf_copy, "is the --load-dir itself")
+
+
+def test_cli_save_dir_under_a_file(hf_copy, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    _cli_refuses(tmp_path, hf_copy, blocker / "out", f"{blocker} is a file, not a folder")
+
+
+@pytest.fixture(scope="module")
+def mg_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """The tiny model as a megatron checkpoint (converted once; tests damage copies)."""
+    mg = tmp_path_factory.mktemp("mg_src") / "mg"
+    convert_hf_to_mcore(tiny_model_dir, mg)
+    return mg
+
+
+def _truncate(path: Path, keep: int) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+@pytest.mark.parametrize(
+    ("damage", "needle"),
+    [
+        (lambda it: _truncate(sorted(it.glob("*.distcp"))[-1], 5000), "distcp: truncated: 5000"),
+        (lambda it: (it / "metadata.json").write_text('{"sharded_'), "metadata.json: not valid"),
+        (lambda it: _truncate(it / ".metadata", 64), ".metadata: refused: pickle data was"),
+        (lambda it: (it / "common.pt").unlink(), "common.pt: missing"),
+        (lambda it: _truncate(it / "mindrl_checkpoint.json", 30), "mindrl_checkpoint.json"),
+    ],
+    ids=["truncated_shard", "bad_metadata_json", "truncated_index", "no_common_pt", "bad_record"],
+)
+def test_cli_corrupt_megatron_checkpoint(mg_dir, tmp_path, damage, needle):
+    mg = Path(shutil.copytree(mg_dir, tmp_path / "mg"))
+    damage(mg / "release")
+    _cli_refuses(tmp_path, mg, tmp_path / "hf", needle, mg=True)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from _mp_launch import run_ranks
 from safetensors.torch import load_file
 
 from mindrl.checkpoint.mcore_io import load_mcore_checkpoint, read_checkpoint_info
@@ -17,9 +16,18 @@ from mindrl.models.gpt import build_gpt_model
 from mindrl.models.hf_arch import arch_from_hf_config
 from mindrl.models.logprobs import forward_only
 from mindrl.models.parallel import destroy_parallel, init_parallel
+from tests.fresh_process import run_json_ranks
 
 LOGITS_TOL = 1e-4
 LOGPROB_TOL = 1e-5
+WORKER = Path(__file__).with_name("_mp_worker.py")
+TIMEOUT_S = 240.0  # one 2-rank launch; the 4-rank one gets TIMEOUT_4_S
+TIMEOUT_4_S = 400.0
+RANK_ENV = {"MINDRL_ACCELERATOR": "cpu"}
+
+
+def _ops(steps: list[dict]) -> list[str]:
+    return [s["op"] for s in steps]
 
 
 def hf_reference(hf_dir: Path, ids: torch.Tensor, mask: torch.Tensor | None = None):
@@ -106,7 +114,13 @@ def tp2_run(work) -> dict:
         {"op": "save_mcore", "dir": str(root / "saved_tp2"), "iteration": 3, "assets": str(work["hf"])},
         {"op": "export_hf", "dir": str(root / "export_tp2"), "assets": str(work["hf"])},
     ]  # fmt: skip
-    run_ranks({"tp": 2, "pp": 1, "steps": steps}, 2, root)
+    spec = {"tp": 2, "pp": 1, "steps": steps}
+    ranks = run_json_ranks(
+        WORKER, spec, world_size=2, timeout_s=TIMEOUT_S, workdir=root, env=RANK_ENV
+    )
+    assert [(r["rank"], r["world_size"], r["ops"]) for r in ranks] == [
+        (rank, 2, _ops(steps)) for rank in range(2)
+    ]
     return {
         "logits": torch.load(root / "tp2_logits.pt"),
         "logp": torch.load(root / "tp2_logp.pt"),
@@ -115,7 +129,6 @@ def tp2_run(work) -> dict:
     }
 
 
-@pytest.mark.multiproc
 def test_tp2_logits_and_vocab_parallel_log_probs_match_hf(work, tp2_run):
     ref_logits, ref_logp = hf_reference(work["hf"], work["ids"])
     assert tp2_run["logits"].shape == ref_logits.shape  # padded row 510 dropped
@@ -123,7 +136,6 @@ def test_tp2_logits_and_vocab_parallel_log_probs_match_hf(work, tp2_run):
     assert (tp2_run["logp"] - ref_logp).abs().max() <= LOGPROB_TOL
 
 
-@pytest.mark.multiproc
 def test_tp2_export_and_checkpoint(work, tp2_run, tmp_path):
     src = load_file(work["hf"] / "model.safetensors")
     out = load_file(tp2_run["export"] / "model.safetensors")
@@ -140,15 +152,19 @@ def test_tp2_export_and_checkpoint(work, tp2_run, tmp_path):
     assert (tp2_run["saved"] / "iter_0000003" / "hf_assets" / "tokenizer.json").is_file()
 
 
-@pytest.mark.multiproc
-def test_tp2_checkpoint_loads_at_pp2_and_tp1_identically(work, tp2_run, megatron_tp1):
+def test_tp2_checkpoint_loads_at_pp2_and_tp1_identically(
+    work, tp2_run, megatron_tp1, fresh_process
+):
     root, saved = work["root"], tp2_run["saved"]
     steps = [
         {"op": "build", "arch_ckpt": str(saved)},
         {"op": "load_mcore", "dir": str(saved)},
         {"op": "forward", "ids": str(root / "ids.pt"), "output": "logits", "out": str(root / "pp2_logits.pt"), "mbs": 1},
     ]  # fmt: skip
-    run_ranks({"tp": 1, "pp": 2, "steps": steps}, 2, root)
+    ranks = fresh_process.ranks(
+        WORKER, {"tp": 1, "pp": 2, "steps": steps}, world_size=2, timeout_s=TIMEOUT_S, env=RANK_ENV
+    )
+    assert [r["ops"] for r in ranks] == [_ops(steps)] * 2
     pp2 = torch.load(root / "pp2_logits.pt")
 
     arch = read_checkpoint_info(saved).arch
@@ -160,8 +176,9 @@ def test_tp2_checkpoint_loads_at_pp2_and_tp1_identically(work, tp2_run, megatron
     assert (tp1 - ref_logits).abs().max() <= LOGITS_TOL
 
 
-@pytest.mark.multiproc
-def test_tp2_pp2_online_load_matches_hf_and_exports_exactly(tiny_model_dir, tmp_path):
+def test_tp2_pp2_online_load_matches_hf_and_exports_exactly(
+    tiny_model_dir, tmp_path, fresh_process
+):
     arch = arch_from_hf_config(tiny_model_dir)
     ids = token_ids(arch.vocab_size, batch=2)
     torch.save(ids, tmp_path / "ids.pt")
@@ -171,7 +188,14 @@ def test_tp2_pp2_online_load_matches_hf_and_exports_exactly(tiny_model_dir, tmp_
         {"op": "forward", "ids": str(tmp_path / "ids.pt"), "output": "logits", "out": str(tmp_path / "logits.pt"), "mbs": 1},
         {"op": "export_hf", "dir": str(tmp_path / "export"), "assets": str(tiny_model_dir)},
     ]  # fmt: skip
-    run_ranks({"tp": 2, "pp": 2, "steps": steps}, 4, tmp_path, timeout_s=400)
+    ranks = fresh_process.ranks(
+        WORKER,
+        {"tp": 2, "pp": 2, "steps": steps},
+        world_size=4,
+        timeout_s=TIMEOUT_4_S,
+        env=RANK_ENV,
+    )
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
     ref_logits, _ = hf_reference(tiny_model_dir, ids)
     assert (torch.load(tmp_path / "logits.pt") - ref_logits).abs().max() <= LOGITS_TOL
     src = load_file(tiny_model_dir / "model.safetensors")

@@ -3,7 +3,6 @@ reasoning-gym generation, and the store the trainer reads back."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -55,7 +54,7 @@ def _expected_text(question: str) -> str:
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory) -> Path:
-    from mindrl.testing.assets import build_tiny_tokenizer
+    from mindrl.assets.tokenizer import build_tiny_tokenizer
 
     return build_tiny_tokenizer(tmp_path_factory.mktemp("tok"))
 
@@ -69,12 +68,10 @@ def tokenizer(tokenizer_dir):
 
 @pytest.fixture(scope="module")
 def cli():
-    spec = importlib.util.spec_from_file_location(
-        "preprocess_cli", REPO / "cli" / "preprocess_data.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """cli/preprocess_data.py as a module (`cli` is a namespace package at the repo root)."""
+    from cli import preprocess_data
+
+    return preprocess_data
 
 
 def _write_jsonl(path: Path, rows: list) -> Path:

@@ -7,9 +7,6 @@ HF model holding the new weights.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -168,24 +165,16 @@ def test_seeded_batch_larger_than_token_budget(vllm_engine, hf_engine):
         torch.testing.assert_close(torch.tensor(r.logprobs), expected, atol=LOGPROB_ATOL, rtol=0)
 
 
-def test_engine_seed_reproducible_across_instances(tiny_model_dir):
+def test_engine_seed_reproducible_across_instances(fresh_process, tiny_model_dir):
     script = Path(__file__).with_name("_rollout_vllm_seed.py")
-    proc = subprocess.run(
-        [sys.executable, str(script), str(tiny_model_dir)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    out = json.loads(line.removeprefix("RESULT "))
+    out = fresh_process(script, {"model_dir": str(tiny_model_dir)}, timeout_s=300)
     assert out["a"] == out["b"]  # same engine seed, same calls -> same samples
     assert out["a"][0] != out["a"][1]  # the engine's stream moves on between calls
     assert out["a"][0] != out["c"][0]  # another engine seed -> other samples
 
 
 def test_update_weights_in_small_buckets(vllm_engine, tiny_model_dir, chat_prompts):
-    from mindrl.testing.assets import tiny_model_dir as build
+    from mindrl.assets.models import tiny_model_dir as build
 
     other_dir = build(seed=1)
     original = load_file(str(Path(tiny_model_dir) / "model.safetensors"))

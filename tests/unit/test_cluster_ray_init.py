@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from mindrl.accelerator import Accelerator
+from mindrl.cluster.calls import split_evenly
 from mindrl.cluster.errors import WorkerFailure, WorkerTimeout
 from mindrl.cluster.placement import DeviceGroup, RoleLayout
 from mindrl.cluster.placement_groups import bundle_indices, cpus_per_worker, devices_per_worker
 from mindrl.cluster.ray_cluster import ray_init_kwargs, repo_root, worker_env_vars
 from mindrl.cluster.worker import Worker
-from mindrl.cluster.worker_group import split_evenly
 from mindrl.config.run import RuntimeConfig
 
 CPU = Accelerator("cpu")

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mindrl.data.config import ConfigError, PreprocessConfig, load_preprocess_config
+from mindrl.config.errors import ConfigError
+from mindrl.data.compose import load_preprocess_config
+from mindrl.data.config import PreprocessConfig
 
 REPO = Path(__file__).resolve().parents[2]
 DATASETS = REPO / "configs" / "datasets"

@@ -23,7 +23,7 @@ R1_INSTRUCTION = (
 def tokenizer(tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from mindrl.testing.assets import build_tiny_tokenizer
+    from mindrl.assets.tokenizer import build_tiny_tokenizer
 
     return AutoTokenizer.from_pretrained(str(build_tiny_tokenizer(tmp_path_factory.mktemp("tok"))))
 

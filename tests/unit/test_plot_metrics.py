@@ -2,31 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import math
 import random
-import sys
 from pathlib import Path
 
-import pytest
-
 from mindrl.trainer.metrics import MetricsLogger
-
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "plot_metrics.py"
-
-
-@pytest.fixture(scope="module")
-def tool():
-    spec = importlib.util.spec_from_file_location("plot_metrics_tool", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while loading
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
+from tools import plot_metrics as tool
 
 
 def write_run(out: Path, steps: int = 30) -> Path:
@@ -57,7 +40,7 @@ def write_run(out: Path, steps: int = 30) -> Path:
     return out / "metrics.jsonl"
 
 
-def test_plot_writes_png_with_one_subplot_per_family(tool, tmp_output_dir: Path) -> None:
+def test_plot_writes_png_with_one_subplot_per_family(tmp_output_dir: Path) -> None:
     import matplotlib.image as mpimg
 
     jsonl = write_run(tmp_output_dir)
@@ -93,12 +76,12 @@ def test_plot_writes_png_with_one_subplot_per_family(tool, tmp_output_dir: Path)
     assert (width, height) == (900, round(2.6 * 6 * 100))
 
 
-def test_moving_average_formula(tool) -> None:
+def test_moving_average_formula() -> None:
     ma = tool.moving_average([1.0, 3.0, math.nan, 5.0, 7.0], 2)
     assert ma == [1.0, (1 + 3) / 2, (1 + 3) / 2, (3 + 5) / 2, (5 + 7) / 2]
 
 
-def test_keys_select_subplots_and_missing_families_are_dropped(tool, tmp_output_dir: Path):
+def test_keys_select_subplots_and_missing_families_are_dropped(tmp_output_dir: Path):
     jsonl = write_run(tmp_output_dir, steps=6)
     fig = tool.make_figure(tool.load_metrics(jsonl), keys=["actor/*", "timing/step", "nope"])
     assert [ax.get_title(loc="left") for ax in fig.axes] == ["actor/*", "timing/step"]
@@ -112,7 +95,7 @@ def test_keys_select_subplots_and_missing_families_are_dropped(tool, tmp_output_
     assert len(tool.make_figure(tool.load_metrics(only_reward)).axes) == 1
 
 
-def test_cli_prints_png_path_and_later_duplicate_key_wins(tool, tmp_output_dir, capsys):
+def test_cli_prints_png_path_and_later_duplicate_key_wins(tmp_output_dir, capsys):
     jsonl = tmp_output_dir / "m.jsonl"
     rows = [{"step": 1, "actor/entropy": 1.0}, {"step": 2, "actor/entropy": 2.0}]
     rows.append({"step": 2, "actor/entropy": 5.0, "val/score": 0.5})

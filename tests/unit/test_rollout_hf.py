@@ -112,7 +112,7 @@ def test_seeds(tiny_model_dir, engine):
 
 
 def test_update_weights_strict_and_exact(tiny_model_dir):
-    from mindrl.testing.assets import tiny_model_dir as build
+    from mindrl.assets.models import tiny_model_dir as build
 
     other_dir = build(seed=1)
     eng = HFRolloutEngine(tiny_model_dir)

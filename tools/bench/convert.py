@@ -180,7 +180,7 @@ def main() -> None:
     if args.hf_dir:
         src_dir = Path(args.hf_dir)
     else:
-        from mindrl.testing.assets import smollm2_dir
+        from mindrl.assets.smollm2 import smollm2_dir
 
         src_dir = smollm2_dir()
     nbytes = sum(f.stat().st_size for f in src_dir.glob("*.safetensors"))

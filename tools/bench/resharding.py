@@ -36,6 +36,7 @@ def main() -> None:
 
     import torch
 
+    from mindrl.assets.smollm2 import smollm2_dir
     from mindrl.checkpoint.online import iter_hf_tensors, load_hf_into_mcore
     from mindrl.config.generate import GenerateConfig
     from mindrl.models.gpt import build_gpt_model
@@ -43,7 +44,6 @@ def main() -> None:
     from mindrl.models.parallel import init_parallel
     from mindrl.rollout import iter_buckets
     from mindrl.rollout.vllm_engine import VLLMRolloutEngine
-    from mindrl.testing.assets import smollm2_dir
 
     model_dir = str(smollm2_dir())
     init_parallel(1, 1, accelerator="cpu")

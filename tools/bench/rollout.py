@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.model_dir is None:
-        from mindrl.testing.assets import smollm2_dir
+        from mindrl.assets.smollm2 import smollm2_dir
 
         args.model_dir = smollm2_dir()
     if args.worker:

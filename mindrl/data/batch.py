@@ -34,6 +34,15 @@ class SampleBatch:
                 raise ValueError(f"tensor {name} has {t.shape[0]} rows, batch has {self.size}")
         return replace(self, tensors={**self.tensors, **tensors})
 
+    def with_response_mask(self, response_mask: torch.Tensor) -> SampleBatch:
+        """The same samples scored on another mask (e.g. overlong responses dropped)."""
+        if response_mask.shape != self.response_mask.shape:
+            raise ValueError(
+                f"response mask of shape {tuple(response_mask.shape)} for a batch whose mask "
+                f"is {tuple(self.response_mask.shape)}"
+            )
+        return replace(self, response_mask=response_mask)
+
     def select(self, index: torch.Tensor | list[int]) -> SampleBatch:
         """Rows `index`, in that order (mini-batch shuffles, DP chunks, DAPO filtering)."""
         idx = torch.as_tensor(index, dtype=torch.long)
@@ -69,6 +78,15 @@ class SampleBatch:
             tensors={k: torch.cat([p.tensors[k] for p in pad]) for k in keys},
             meta={k: sum((p.meta[k] for p in pad), []) for k in pad[0].meta},
         )
+
+
+def micro_batch_size(configured: int, batch_size: int) -> int:
+    """The largest micro-batch <= `configured` that divides `batch_size` (a chunk smaller
+    than the configured micro-batch, or not a multiple of it, still runs)."""
+    mbs = min(configured, batch_size)
+    while batch_size % mbs:
+        mbs -= 1
+    return mbs
 
 
 def _pad_cols(batch: SampleBatch, seq: int) -> SampleBatch:

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mindrl.testing.assets import assets_root, smollm2_dir, tiny_model_dir
+from mindrl.assets.cache import assets_root
+from mindrl.assets.models import tiny_model_dir
+from mindrl.assets.smollm2 import smollm2_dir
+from mindrl.config.paths import CONFIG_DIR
+from mindrl.data.compose import load_preprocess_config
 
 TINY_PROMPTS_VERSION = 1
 TINY_PROMPTS_SIZE = 256
@@ -13,8 +17,6 @@ TINY_PROMPTS_SIZE = 256
 
 def _build_store(target: Path, values: dict) -> Path:
     """Run `arithmetic_smollm2`'s preprocessing with `values` into `target` (cached)."""
-    from mindrl.config.compose import CONFIG_DIR
-    from mindrl.data.config import load_preprocess_config
     from mindrl.data.preprocess import run_preprocess
     from mindrl.data.store import is_store
 

@@ -1,0 +1,35 @@
+"""Names of the algorithm variants a config can select: the one list config validation (which
+must not import torch) and the implementations (which dispatch on them) both read.
+
+Imports nothing, so `import mindrl.algorithms.names` stays torch-free (the package
+`__init__` loads its other modules lazily).
+"""
+
+from __future__ import annotations
+
+# `rl_config.adv_estimator`: implemented estimators, then aliases (MindSpeed-RL / verl names).
+ADV_ESTIMATORS: tuple[str, ...] = (
+    "group_norm",
+    "grpo_no_std",
+    "rloo",
+    "reinforce_plus_plus_baseline",
+)
+ADV_ALIASES: dict[str, str] = {"grpo": "group_norm", "dr_grpo": "grpo_no_std"}
+ADV_ESTIMATOR_NAMES: tuple[str, ...] = ADV_ESTIMATORS + tuple(ADV_ALIASES)
+# Estimators that compare the samples of one prompt's group (they need n_samples >= 2).
+GROUP_ESTIMATORS: tuple[str, ...] = ADV_ESTIMATOR_NAMES
+
+# `rl_config.kl_penalty` / the KL loss: Schulman's k1 / k2 / k3, |log r|, and verl's names.
+KL_TYPES: tuple[str, ...] = ("k1", "k2", "k3", "abs", "mse", "kl", "low_var_kl")
+KL_ALIASES: dict[str, str] = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
+
+# `rl_config.kl_ctrl_type`: the KL-in-reward coefficient controller.
+KL_CTRL_TYPES: tuple[str, ...] = ("fixed", "adaptive")
+
+# `rl_config.loss_agg_mode`: how per-token losses reduce to one scalar.
+LOSS_AGG_MODES: tuple[str, ...] = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+)

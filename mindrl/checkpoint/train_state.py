@@ -1,0 +1,127 @@
+"""A training rank's share of a trainer checkpoint: its model shards (dist_checkpointing,
+reshardable), and its optimizer, LR-schedule, skipped-update count and RNG state.
+
+Layout inside an iteration folder::
+
+    model/                 dist_checkpointing folder (+ mindrl_checkpoint.json), all ranks
+    optim/rank_00003.pt    per-rank optimizer / scheduler / counters / RNG
+
+Checkpoints are data someone else may have written: the per-rank file is read with
+`torch.load(weights_only=True)` (tensors, numbers, strings and containers only; RNG states
+as JSON-ready values), so a crafted file fails to load instead of running code.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mindrl.checkpoint.errors import CheckpointReadError
+from mindrl.checkpoint.rng_state import RngState
+
+OPTIM_DIR = "optim"
+MODEL_DIR = "model"
+RANK_STATE_FORMAT = 1
+
+
+def rank_state_path(iter_dir: str | Path, rank: int) -> Path:
+    return Path(iter_dir) / OPTIM_DIR / f"rank_{rank:05d}.pt"
+
+
+@dataclass
+class RankTrainState:
+    """What one rank restores on resume besides the model weights."""
+
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    skipped_updates: int
+    rng: RngState
+
+
+def save_rank_state(iter_dir: str | Path, rank: int, state: RankTrainState) -> Path:
+    import torch
+
+    path = rank_state_path(iter_dir, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {
+            "format": RANK_STATE_FORMAT,
+            "optimizer": state.optimizer,
+            "scheduler": state.scheduler,
+            "skipped_updates": int(state.skipped_updates),
+            "rng": state.rng.to_json(),
+        },
+        path,
+    )
+    return path
+
+
+def _read_plain_data(path: Path, *, mmap: bool = False) -> dict[str, Any]:
+    """`torch.load(weights_only=True)` with every failure as one `CheckpointReadError`."""
+    import torch
+
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointReadError(
+            path, f"refused: it holds more than plain data (weights_only load: {first})"
+        ) from exc
+    except (RuntimeError, EOFError, ValueError, OSError) as exc:
+        raise CheckpointReadError(path, f"unreadable ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(data, dict) or data.get("format") != RANK_STATE_FORMAT:
+        raise CheckpointReadError(path, "not a mindrl rank-state file (format missing)")
+    return data
+
+
+def load_rank_state(iter_dir: str | Path, rank: int) -> RankTrainState:
+    """Read a rank's state without executing anything from the file.
+
+    Raises `CheckpointReadError` naming the file when it is missing, truncated, of another
+    format, or holds anything but plain data (a pickled object would need code to run).
+    """
+    path = rank_state_path(iter_dir, rank)
+    if not path.is_file():
+        raise CheckpointReadError(
+            path,
+            "missing: optimizer state resumes only at the TP/PP/DP layout it was saved with "
+            "(set no_load_optim and no_load_rng to load weights only)",
+        )
+    data = _read_plain_data(path)
+    try:
+        return RankTrainState(
+            optimizer=data["optimizer"],
+            scheduler=data["scheduler"],
+            skipped_updates=int(data["skipped_updates"]),
+            rng=RngState.from_json(data["rng"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointReadError(path, f"incomplete ({type(exc).__name__}: {exc})") from exc
+
+
+def verify_rank_states(iter_dir: str | Path) -> int:
+    """Check every rank's file parses as plain data, cheaply (tensor storages are memory-
+    mapped, not read), so the driver can refuse a damaged checkpoint before workers start.
+    Returns how many rank files there are."""
+    files = sorted((Path(iter_dir) / OPTIM_DIR).glob("rank_*.pt"))
+    for path in files:
+        _read_plain_data(path, mmap=True)
+    return len(files)
+
+
+def save_model_shards(model_chunks: list[Any], iter_dir: str | Path, info: Any) -> None:
+    """Collective: every rank writes its shards of the model into ITER/model/."""
+    import torch.distributed as dist
+    from megatron.core import dist_checkpointing
+
+    from mindrl.checkpoint.mcore_io import META_FILE, model_sharded_state_dict
+
+    model_dir = Path(iter_dir) / MODEL_DIR
+    if dist.get_rank() == 0:
+        model_dir.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    dist_checkpointing.save(model_sharded_state_dict(model_chunks), str(model_dir))
+    if dist.get_rank() == 0:
+        (model_dir / META_FILE).write_text(info.to_json())

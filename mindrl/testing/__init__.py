@@ -1,1 +1,0 @@
-"""mindrl.testing."""

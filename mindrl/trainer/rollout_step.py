@@ -1,0 +1,76 @@
+"""The rollout step on the driver: the step's sampling settings, prompts spread over the
+generating ranks, their rows put back in prompt order as a `SampleBatch`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from mindrl.cluster.calls import split_evenly
+from mindrl.config.run import RunConfig
+from mindrl.data.batch import SampleBatch, build_sample_batch
+from mindrl.rollout.base import RolloutSampling
+from mindrl.rollout.rows import RolloutRow
+from mindrl.workers.facades import RolloutGenerator
+
+
+def step_sampling(run: RunConfig, step: int, *, validation: bool = False) -> RolloutSampling:
+    """The step's sampling: n per prompt (1 and greedy for validation) and a per-step seed,
+    so the same step samples the same responses, resumed or not."""
+    cfg = run.generate.sampling_config
+    n = 1 if validation else run.rl.algorithm.n_samples_per_prompt
+    sampling = RolloutSampling.from_config(cfg, n)
+    base = cfg.seed if cfg.seed is not None else run.actor.data.seed
+    sampling = replace(sampling, seed=base * 100_003 + step)
+    return replace(sampling, temperature=0.0) if validation else sampling
+
+
+def assemble_rollouts(
+    chunk_sizes: Sequence[int],
+    slice_of_rank: Sequence[int],
+    rows_by_rank: Sequence[list[RolloutRow] | None],
+) -> list[RolloutRow]:
+    """Rows of every slice in slice order, prompt indices counted over all prompts.
+
+    Rank r generated slice `slice_of_rank[r]`; several ranks may share a slice (an
+    inference-TP group), and only one of them returns rows (the others None).
+    """
+    per_slice: list[list[RolloutRow] | None] = [None] * len(chunk_sizes)
+    for s, rows in zip(slice_of_rank, rows_by_rank):
+        if per_slice[s] is None and rows is not None:
+            per_slice[s] = rows
+    out: list[RolloutRow] = []
+    offset = 0
+    for s, size in enumerate(chunk_sizes):
+        rows = per_slice[s]
+        if rows is None:
+            raise RuntimeError(f"no rank returned the rollouts of prompt slice {s}")
+        out.extend(row.shifted(offset) for row in rows)
+        offset += size
+    return out
+
+
+def generate_batch(
+    generator: RolloutGenerator, records: Sequence[Any], sampling: RolloutSampling, pad_id: int
+) -> SampleBatch:
+    """n responses per prompt record, one slice of the prompts per generating rank."""
+    prompts = [list(r.prompt_ids) for r in records]
+    slices = generator.rollout_ranks()
+    chunks = split_evenly(prompts, max(slices) + 1)
+    generator.rollout_mode()
+    rows_by_rank = generator.generate([list(chunks[s]) for s in slices], sampling)
+    generator.train_mode()
+    rows = assemble_rollouts([len(c) for c in chunks], slices, rows_by_rank)
+    source = [records[r.prompt_index] for r in rows]
+    return build_sample_batch(
+        [prompts[r.prompt_index] for r in rows],
+        [r.token_ids for r in rows],
+        pad_id,
+        meta={
+            "label": [rec.label for rec in source],
+            "prompt_text": [rec.prompt_text for rec in source],
+            "finish_reason": [r.finish_reason for r in rows],
+        },
+        rollout_log_probs=[r.log_probs for r in rows],
+    )

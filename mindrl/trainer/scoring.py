@@ -1,0 +1,60 @@
+"""Scoring a rollout batch: rule verifiers on the decoded responses, or a reward model.
+
+Returns what it computed (scores, metrics, the completions to log) instead of keeping any
+of it for later: the loop decides what to log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from mindrl.data.batch import SampleBatch
+
+if TYPE_CHECKING:
+    from mindrl.rewards.scorer import RewardScorer
+    from mindrl.workers.facades import RewardModelGroup
+
+
+@dataclass(frozen=True)
+class Scored:
+    scores: torch.Tensor  # [B] float32, the reward of each sample
+    metrics: dict[str, float]
+    completions: list[dict[str, Any]] = field(default_factory=list)
+
+
+def response_texts(batch: SampleBatch, tokenizer: Any) -> list[str]:
+    out = []
+    for ids, p, n in zip(batch.input_ids, batch.prompt_lengths, batch.response_lengths):
+        out.append(tokenizer.decode(ids[int(p) : int(p) + int(n)], skip_special_tokens=True))
+    return out
+
+
+def score_with_verifiers(
+    batch: SampleBatch, scorer: RewardScorer, tokenizer: Any, max_tokens: int
+) -> Scored:
+    """`rl_config.verifier_function` x `verifier_weight` on each decoded response."""
+    from mindrl.rewards.types import SampleMeta
+
+    texts = response_texts(batch, tokenizer)
+    metas = [
+        SampleMeta(response_length=int(n), max_length=max_tokens, finish_reason=f)
+        for n, f in zip(batch.response_lengths.tolist(), batch.meta["finish_reason"])
+    ]
+    result = scorer.score(texts, batch.meta["label"], metas)
+    completions = [
+        {"prompt": p, "response": t, "label": lab, "score": s}
+        for p, t, lab, s in zip(
+            batch.meta["prompt_text"], texts, batch.meta["label"], result.scores
+        )
+    ]
+    return Scored(
+        torch.tensor(result.scores, dtype=torch.float32), dict(result.metrics), completions
+    )
+
+
+def score_with_reward_model(batch: SampleBatch, reward_model: RewardModelGroup) -> Scored:
+    scores = reward_model.scores(batch)
+    return Scored(scores, {"reward_model/mean": float(scores.mean())})

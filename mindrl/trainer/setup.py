@@ -1,0 +1,165 @@
+"""`setup(run)`: everything the loop needs, built once and typed, torn down in reverse.
+
+The loop (`grpo.py`) receives a `Trainer` and calls step helpers with the parts they use;
+nothing here holds per-step state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mindrl.algorithms.kl_control import FixedKLController
+from mindrl.config.run import RunConfig
+from mindrl.trainer.checkpointing import CheckpointWriter, ResumePoint, find_resume_point
+from mindrl.trainer.roles import Roles
+
+if TYPE_CHECKING:
+    from mindrl.data.dataset import PromptDataset
+    from mindrl.data.sampler import ResumableSampler
+    from mindrl.rewards.scorer import RewardScorer
+    from mindrl.trainer.metrics import MetricsLogger
+
+logger = logging.getLogger("mindrl.trainer")
+
+
+@dataclass
+class Prompts:
+    """The training prompts, the order they are drawn in, and how to decode responses."""
+
+    dataset: PromptDataset
+    sampler: ResumableSampler
+    tokenizer: Any  # transformers tokenizer
+    pad_id: int
+
+
+@dataclass
+class Trainer:
+    run: RunConfig
+    prompts: Prompts
+    roles: Roles
+    scorer: RewardScorer | None  # rule verifiers (None when a reward model scores)
+    kl_ctrl: FixedKLController
+    metrics: MetricsLogger
+    checkpoints: CheckpointWriter
+    start_step: int
+
+    @property
+    def total_steps(self) -> int:
+        return self.run.actor.optim.train_iters
+
+
+def load_prompts(run: RunConfig) -> Prompts:
+    from transformers import AutoTokenizer
+
+    from mindrl.data.dataset import PromptDataset
+    from mindrl.data.sampler import ResumableSampler
+
+    data = run.actor.data
+    tokenizer = AutoTokenizer.from_pretrained(data.tokenizer_name_or_path)
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        pad_id = tokenizer.eos_token_id or 0
+    dataset = PromptDataset(data.data_path)
+    sampler = ResumableSampler(
+        len(dataset),
+        run.actor.batch.global_batch_size,
+        seed=data.seed,
+        shuffle=not data.no_shuffle,
+        drop_last=True,
+    )
+    return Prompts(dataset, sampler, tokenizer, pad_id)
+
+
+def kl_controller(run: RunConfig) -> FixedKLController:
+    from mindrl.algorithms import KLControlConfig, make_kl_controller
+
+    alg = run.rl.algorithm
+    return make_kl_controller(
+        KLControlConfig(
+            type=alg.kl_ctrl_type,
+            kl_coef=alg.init_kl_coef,
+            target_kl=alg.kl_target,
+            horizon=alg.kl_horizon,
+        )
+    )
+
+
+def restore_driver_state(
+    resume: ResumePoint, prompts: Prompts, kl_ctrl: FixedKLController, run: RunConfig
+) -> None:
+    prompts.sampler.load_state_dict(resume.state.sampler)
+    if resume.state.kl_ctrl:
+        kl_ctrl.load_state_dict(resume.state.kl_ctrl)
+    if not run.actor.ckpt.no_load_rng:
+        resume.state.rng.restore()
+    logger.info("resuming from %s at step %d", resume.iter_dir, resume.state.step)
+
+
+def start_models(run: RunConfig, roles: Roles, resume: ResumePoint | None) -> None:
+    """Every role's model on its ranks; the rollout engines, then their first weights."""
+    roles.actor.init_model(str(resume.iter_dir) if resume else None)
+    if roles.ref is not None:
+        roles.ref.init_model()
+    if roles.reward is not None:
+        roles.reward.init_model()
+    if roles.rollout is not None:
+        roles.rollout.init_engine(roles.actor.engine_model_dir())
+
+
+@contextlib.contextmanager
+def setup(run: RunConfig, raw: dict[str, Any]) -> Iterator[Trainer]:
+    """Ray, the role workers with their models, the reward pool and the metrics sinks."""
+    from mindrl.accelerator import get_accelerator
+    from mindrl.cluster.placement import plan_placement
+    from mindrl.cluster.ray_cluster import start_or_connect
+    from mindrl.config import save_resolved_config
+    from mindrl.rewards.scorer import RewardScorer
+    from mindrl.trainer.metrics import MetricsLogger
+    from mindrl.trainer.roles import start_roles
+    from mindrl.trainer.weight_sync import sync_weights
+
+    save_resolved_config(raw, Path(run.output_dir))
+    prompts = load_prompts(run)
+    kl_ctrl = kl_controller(run)
+    resume = find_resume_point(run)
+    if resume is not None:
+        restore_driver_state(resume, prompts, kl_ctrl, run)
+    start_step = resume.state.step if resume else 0
+    acc = get_accelerator(run.runtime.accelerator)
+    rw = run.rl.reward
+    with contextlib.ExitStack() as stack:
+        scorer = None
+        if rw.rule_reward:
+            scorer = stack.enter_context(RewardScorer.from_config(rw, run.rl.reward_params))
+        cluster = stack.enter_context(start_or_connect(run.runtime, acc))
+        resources = cluster.cluster_resources()
+        plan = plan_placement(run, acc.ray_resource, resources.max_per_node(acc.ray_resource))
+        logger.info("%s", plan.describe())
+        roles = start_roles(run, plan, cluster.master_addr)
+        stack.callback(roles.shutdown)
+        start_models(run, roles, resume)
+        sync_weights(roles)
+        metrics = stack.enter_context(
+            MetricsLogger(
+                Path(run.output_dir),
+                use_tensorboard=run.rl.logging.use_tensorboard,
+                total_steps=run.actor.optim.train_iters,
+                log_completions=run.rl.logging.log_completions,
+                start_step=start_step,
+            )
+        )
+        yield Trainer(
+            run=run,
+            prompts=prompts,
+            roles=roles,
+            scorer=scorer,
+            kl_ctrl=kl_ctrl,
+            metrics=metrics,
+            checkpoints=CheckpointWriter(run),
+            start_step=start_step,
+        )

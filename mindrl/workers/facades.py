@@ -1,0 +1,167 @@
+"""Typed role facades over worker groups: what the driver calls, one method per job.
+
+`actor.update(batch, step)` instead of `group.dispatch_by_dp("update", ...)[0]`: each
+facade knows how its role's calls are spread (same call on every rank, one chunk per
+data-parallel rank, per-rank prompt slices) and which rank's answer counts. Worker methods
+are passed as function objects, so a renamed method fails at import, not mid-run.
+
+The generating side is a protocol (`RolloutGenerator`) met by the hybrid actor and by a
+separate rollout group alike, so the loop is the same for every placement; tests drive the
+loop with small in-process fakes of these facades.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mindrl.workers.actor import ActorWorker
+from mindrl.workers.megatron_worker import MegatronModelWorker
+from mindrl.workers.reward import RewardWorker
+from mindrl.workers.rollout import RolloutWorker
+
+if TYPE_CHECKING:
+    import torch
+
+    from mindrl.cluster.worker_group import WorkerGroup
+    from mindrl.data.batch import SampleBatch
+    from mindrl.rollout.base import RolloutSampling
+    from mindrl.rollout.rows import RolloutRow
+
+
+class RolloutGenerator(Protocol):
+    """Whoever generates: the hybrid actor or a separate rollout group."""
+
+    def rollout_ranks(self) -> list[int]:
+        """The prompt slice each rank generates (ranks of one inference-TP group share one)."""
+        ...
+
+    def generate(
+        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+    ) -> list[list[RolloutRow] | None]: ...
+
+    def rollout_mode(self) -> None: ...
+
+    def train_mode(self) -> None: ...
+
+
+def _log_probs(group: WorkerGroup, batch: SampleBatch) -> torch.Tensor:
+    import torch
+
+    chunks = batch.chunks(group.dp_size)
+    parts = group.collect_by_dp(group.dispatch_by_dp(MegatronModelWorker.compute_log_prob, chunks))
+    return torch.cat(parts, dim=0)
+
+
+class ActorGroup:
+    """The trained policy (and, in the hybrid layout, its rollout engines)."""
+
+    def __init__(self, group: WorkerGroup) -> None:
+        self.group = group
+        self._slices: list[int] | None = None
+
+    @property
+    def dp_size(self) -> int:
+        return self.group.dp_size
+
+    def init_model(self, resume_dir: str | None) -> None:
+        self.group.execute_all(ActorWorker.init_model, resume_dir)
+
+    def engine_model_dir(self) -> str:
+        return self.group.execute_rank(0, ActorWorker.engine_model_dir)
+
+    def log_probs(self, batch: SampleBatch) -> torch.Tensor:
+        """Old-policy log-probs of the batch's tokens, [B, S-1]."""
+        return _log_probs(self.group, batch)
+
+    def update(self, batch: SampleBatch, step: int) -> dict[str, float]:
+        """One RL step's optimizer steps; the metrics are global (every rank agrees)."""
+        chunks = batch.chunks(self.dp_size)
+        return self.group.dispatch_by_dp(ActorWorker.update, chunks, step)[0]
+
+    def sync_weights(self) -> dict[str, float]:
+        """Trained weights into the engines on the actor's own ranks (hybrid layout)."""
+        return self.group.execute_all(ActorWorker.sync_weights)[0]
+
+    def pack_weights(self) -> list[Any]:
+        """Trained weights as object-store buckets for a separate rollout group."""
+        return next((refs for refs in self.group.execute_all(ActorWorker.pack_weights) if refs), [])
+
+    def save_checkpoint(self, iter_dir: str) -> None:
+        self.group.execute_all(ActorWorker.save_checkpoint, iter_dir)
+
+    def export_hf(self, out_dir: str, hf_assets_dir: str | None) -> None:
+        self.group.execute_all(ActorWorker.export_hf, out_dir, hf_assets_dir)
+
+    # -- RolloutGenerator (hybrid layout) ---------------------------------------------------
+    def rollout_ranks(self) -> list[int]:
+        if self._slices is None:
+            self._slices = self.group.execute_all(ActorWorker.rollout_rank)
+        return list(self._slices)
+
+    def generate(
+        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+    ) -> list[list[RolloutRow] | None]:
+        return self.group.dispatch(ActorWorker.generate, prompts_per_rank, sampling)
+
+    def rollout_mode(self) -> None:
+        self.group.execute_all(ActorWorker.rollout_mode)
+
+    def train_mode(self) -> None:
+        self.group.execute_all(ActorWorker.train_mode)
+
+
+class ReferenceGroup:
+    """The frozen reference policy."""
+
+    def __init__(self, group: WorkerGroup) -> None:
+        self.group = group
+
+    def init_model(self) -> None:
+        self.group.execute_all(MegatronModelWorker.init_model)
+
+    def log_probs(self, batch: SampleBatch) -> torch.Tensor:
+        return _log_probs(self.group, batch)
+
+
+class RolloutGroup:
+    """Rollout engines on their own devices (`use_integrated_worker: false`)."""
+
+    def __init__(self, group: WorkerGroup) -> None:
+        self.group = group
+
+    def init_engine(self, model_dir: str) -> None:
+        self.group.execute_all(RolloutWorker.init_engine, model_dir)
+
+    def load_weights(self, bucket_refs: list[Any]) -> int:
+        """The actor's packed buckets into every engine; bytes moved per engine."""
+        return self.group.execute_all(RolloutWorker.load_weight_buckets, bucket_refs)[0]
+
+    def rollout_ranks(self) -> list[int]:
+        return list(range(self.group.world_size))
+
+    def generate(
+        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+    ) -> list[list[RolloutRow] | None]:
+        return self.group.dispatch(RolloutWorker.generate, prompts_per_rank, sampling)
+
+    def rollout_mode(self) -> None:
+        self.group.execute_all(RolloutWorker.rollout_mode)
+
+    def train_mode(self) -> None:
+        self.group.execute_all(RolloutWorker.train_mode)
+
+
+class RewardModelGroup:
+    """A reward model scoring whole sequences (`rule_reward: false`)."""
+
+    def __init__(self, group: WorkerGroup) -> None:
+        self.group = group
+
+    def init_model(self) -> None:
+        self.group.execute_all(RewardWorker.init_model)
+
+    def scores(self, batch: SampleBatch) -> torch.Tensor:
+        import torch
+
+        chunks = batch.chunks(self.group.world_size)
+        return torch.cat(self.group.dispatch(RewardWorker.compute_rm_score, chunks))

@@ -1,0 +1,322 @@
+"""The policy update, Ray-free: epochs x mini-batches x micro-batches through megatron's
+forward-backward schedule, the clipped GRPO loss per micro-batch, one optimizer step per
+mini-batch.
+
+Kept apart from the Ray shell (`workers/actor.py`) so it can be driven and tested in one
+process over gloo, as verl keeps its megatron actor apart from its worker. The loss is a
+module-level function over a typed micro-batch; megatron's schedule calls it through a
+`functools.partial`, so nothing here is a closure over string-keyed dicts.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mindrl.config.rl import AlgorithmConfig
+from mindrl.data.batch import SampleBatch, micro_batch_size
+from mindrl.models.optimizer import TrainingOptimizer
+
+if TYPE_CHECKING:
+    import torch
+
+    from mindrl.algorithms import GRPOLossConfig
+    from mindrl.models.token_select import TokenSelection
+
+logger = logging.getLogger(__name__)
+
+# Aggregated with the global normaliser: micro-batch and DP-rank parts add up to the mean.
+SUMMED_LOSS_METRICS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy"})
+
+
+@dataclass(frozen=True)
+class UpdateMicroBatch:
+    """One micro-batch as the model and the loss see it: trailing padding cut, per-token
+    inputs on the `[B, S-1]` next-token grid."""
+
+    tokens: torch.Tensor  # [b, s]
+    position_ids: torch.Tensor  # [b, s]
+    attention_mask: torch.Tensor  # megatron's boolean mask, True = masked
+    selection: TokenSelection  # which positions are scored (response tokens)
+    response_mask: torch.Tensor  # [b, s-1]
+    advantages: torch.Tensor  # [b, s-1]
+    old_log_probs: torch.Tensor | None  # None: on-policy, the update's own are used
+    ref_log_probs: torch.Tensor | None
+    rollout_log_probs: torch.Tensor | None
+
+    @classmethod
+    def from_rows(cls, part: SampleBatch) -> UpdateMicroBatch:
+        from mindrl.models.logprobs import (
+            causal_attention_mask,
+            micro_selection,
+            position_ids_from_mask,
+        )
+
+        selection = micro_selection(part.response_mask)
+        length = selection.seq  # trailing padding cut (without PP)
+        am = part.attention_mask[:, :length]
+
+        def grid(name: str) -> torch.Tensor | None:
+            t = part.tensors.get(name)
+            return None if t is None else t[:, : length - 1]
+
+        advantages = grid("advantages")
+        if advantages is None:
+            raise ValueError("the update batch has no advantages")
+        return cls(
+            tokens=part.input_ids[:, :length],
+            position_ids=position_ids_from_mask(am),
+            attention_mask=causal_attention_mask(length, am),
+            selection=selection,
+            response_mask=part.response_mask[:, : length - 1],
+            advantages=advantages,
+            old_log_probs=grid("old_log_probs"),
+            ref_log_probs=grid("ref_log_probs"),
+            rollout_log_probs=grid("rollout_log_probs"),
+        )
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """What the loss needs besides the micro-batch; fixed for one mini-batch."""
+
+    loss: GRPOLossConfig
+    vocab_size: int
+    normalizer: float  # global token / sequence count of the mini-batch (all DP ranks)
+    scale: float  # undoes megatron's 1/n_micro and DDP's 1/DP averaging
+    entropy_grad: bool
+
+
+def grpo_loss_config(alg: AlgorithmConfig) -> GRPOLossConfig:
+    from mindrl.algorithms import GRPOLossConfig
+
+    return GRPOLossConfig(
+        clip_ratio=alg.clip_ratio,
+        clip_ratio_high=alg.clip_ratio_high,
+        clip_ratio_c=alg.clip_ratio_c,
+        loss_agg_mode=alg.loss_agg_mode,
+        use_kl_loss=alg.use_kl_loss,
+        kl_loss_coef=alg.kl_loss_coef,
+        kl_loss_type=alg.kl_penalty,
+        entropy_coeff=alg.entropy_coeff,
+        use_tis=alg.use_tis,
+        tis_cap=alg.tis_cap,
+    )
+
+
+def micro_batch_loss(
+    mb: UpdateMicroBatch, settings: LossSettings, output: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The scaled GRPO loss of one micro-batch from the model's output, and its metrics."""
+    import torch
+
+    from mindrl.algorithms import grpo_loss, rollout_mismatch_metrics
+    from mindrl.models.logprobs import log_probs_and_entropy
+    from mindrl.models.token_select import selected_logits
+
+    selection = mb.selection
+    picked, picked_entropy = log_probs_and_entropy(
+        selected_logits(output, selection),
+        selection.labels(mb.tokens),
+        vocab_size=settings.vocab_size,
+        entropy_grad=settings.entropy_grad,
+    )
+    log_prob = selection.scatter(picked)
+    on_policy = mb.old_log_probs is None
+    old = log_prob.detach() if on_policy else mb.old_log_probs
+    loss, metrics = grpo_loss(
+        settings.loss,
+        log_prob,
+        old,
+        mb.advantages,
+        mb.response_mask,
+        ref_log_prob=mb.ref_log_probs,
+        entropy=selection.scatter(picked_entropy),
+        rollout_log_prob=mb.rollout_log_probs,
+        normalizer=settings.normalizer,
+    )
+    if on_policy and mb.rollout_log_probs is not None:
+        metrics.update(rollout_mismatch_metrics(old, mb.rollout_log_probs, mb.response_mask))
+    reported = {k: torch.tensor(float(v)) for k, v in metrics.items()}
+    return loss * settings.scale, reported
+
+
+def forward_step(
+    settings: LossSettings, data_iterator: Iterator[UpdateMicroBatch], model: Any
+) -> tuple[torch.Tensor, Any]:
+    """megatron's `forward_step_func`: the model's output for the next micro-batch and the
+    loss function the schedule applies to it (on the last pipeline stage)."""
+    from mindrl.models.token_select import select_tokens
+
+    mb = next(data_iterator)
+    with select_tokens(model, mb.selection):
+        output = model(mb.tokens, mb.position_ids, mb.attention_mask)
+    return output, functools.partial(micro_batch_loss, mb, settings)
+
+
+def global_normalizer(response_mask: torch.Tensor, loss_agg_mode: str) -> float:
+    """Tokens (token-mean) or sequences (other modes) of the mini-batch over all DP ranks."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    if loss_agg_mode == "token-mean":
+        local = response_mask.sum()
+    else:
+        local = (response_mask.sum(-1) > 0).float().sum()
+    total = local.clone().double()
+    dist.all_reduce(total, group=ps.get_data_parallel_group())
+    return float(total.item())
+
+
+def reduce_loss_metrics(losses: list[dict[str, Any]], n_micro: int) -> dict[str, float]:
+    """Global values of the loss metrics, identical on every rank of the role.
+
+    Loss terms were normalised by the global token / sequence count, so their parts add up
+    (sum over micro-batches and DP ranks); rates such as clip fractions are averaged;
+    `*_max` metrics take the maximum. The last pipeline stage computed them; it broadcasts
+    to the other stages.
+    """
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    keys = sorted(losses[0]) if losses else []
+    pp_split = ps.get_pipeline_model_parallel_world_size() > 1
+    if pp_split:
+        names: list[Any] = [keys]
+        src = ps.get_pipeline_model_parallel_last_rank()
+        dist.broadcast_object_list(names, src=src, group=ps.get_pipeline_model_parallel_group())
+        keys = names[0]
+    values = torch.zeros(len(keys), dtype=torch.float64)
+    maxima = torch.zeros(len(keys), dtype=torch.float64)
+    for i, k in enumerate(keys):
+        if losses:
+            total = sum(float(m[k]) for m in losses)
+            values[i] = total if k in SUMMED_LOSS_METRICS else total / n_micro
+            maxima[i] = max(float(m[k]) for m in losses)
+    both = torch.stack([values, maxima])
+    if pp_split:
+        dist.broadcast(both, src=src, group=ps.get_pipeline_model_parallel_group())
+    values, maxima = both[0].clone(), both[1].clone()
+    dist.all_reduce(values, group=ps.get_data_parallel_group())
+    dist.all_reduce(maxima, op=dist.ReduceOp.MAX, group=ps.get_data_parallel_group())
+    dp = ps.get_data_parallel_world_size()
+    out = {}
+    for i, k in enumerate(keys):
+        if k.endswith("_max"):
+            out[k] = float(maxima[i])
+        else:
+            out[k] = float(values[i]) if k in SUMMED_LOSS_METRICS else float(values[i]) / dp
+    return out
+
+
+class PolicyUpdater:
+    """Trains `model_chunks` with `opt` on this DP rank's share of each RL batch."""
+
+    def __init__(
+        self,
+        model_chunks: list[Any],
+        opt: TrainingOptimizer,
+        alg: AlgorithmConfig,
+        *,
+        vocab_size: int,
+        micro_batch: int,
+        clip_grad: float,
+        dp_size: int,
+        seed: int,
+    ) -> None:
+        self.model_chunks = model_chunks
+        self.opt = opt
+        self.alg = alg
+        self.vocab_size = vocab_size
+        self.micro_batch = micro_batch
+        self.clip_grad = clip_grad
+        self.dp_size = dp_size
+        self.seed = seed
+        self.skipped_updates = 0  # checkpointed: counts non-finite steps over the run
+
+    def update(self, batch: SampleBatch, step: int) -> dict[str, float]:
+        """PPO/GRPO epochs over this DP rank's chunk, in mini-batches of micro-batches."""
+        import torch
+
+        alg = self.alg
+        mini = (alg.mini_batch_size or batch.size * self.dp_size) // self.dp_size
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        phases = {"timing/update_fwd_bwd": 0.0, "timing/update_optimizer": 0.0}
+        for epoch in range(alg.epochs):
+            if alg.shuffle_minibatch:
+                gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step * 97 + epoch)
+                order = torch.randperm(batch.size, generator=gen)
+            else:
+                order = torch.arange(batch.size)
+            for start in range(0, batch.size, mini):
+                metrics = self.train_mini_batch(batch.select(order[start : start + mini]), phases)
+                for k, v in metrics.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                    counts[k] = counts.get(k, 0) + 1
+        out = {k: sums[k] / counts[k] for k in sums}
+        out["actor/skipped_updates"] = float(self.skipped_updates)
+        out.update(phases)  # summed over mini-batches
+        return out
+
+    def train_mini_batch(self, mini: SampleBatch, phases: dict[str, float]) -> dict[str, float]:
+        """Forward + backward over the micro-batches, then one optimizer step (skipped, and
+        counted, when the loss or the grad norm is not finite)."""
+        from megatron.core import parallel_state as ps
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        mbs = micro_batch_size(self.micro_batch, mini.size)
+        n_micro = mini.size // mbs
+        settings = LossSettings(
+            loss=grpo_loss_config(self.alg),
+            vocab_size=self.vocab_size,
+            normalizer=global_normalizer(mini.response_mask, self.alg.loss_agg_mode),
+            # megatron divides each micro-batch loss by n_micro and DDP averages over DP
+            scale=float(n_micro * ps.get_data_parallel_world_size()),
+            entropy_grad=self.alg.entropy_coeff > 0,
+        )
+        micro = [
+            UpdateMicroBatch.from_rows(mini.select(list(range(i * mbs, (i + 1) * mbs))))
+            for i in range(n_micro)
+        ]
+        optimizer = self.opt.optimizer
+        started = time.perf_counter()
+        for chunk in self.model_chunks:
+            chunk.zero_grad_buffer()
+        optimizer.zero_grad()
+        losses = get_forward_backward_func()(
+            forward_step_func=functools.partial(forward_step, settings),
+            data_iterator=iter(micro),
+            model=self.model_chunks[0],
+            num_microbatches=n_micro,
+            seq_length=mini.input_ids.shape[1],
+            micro_batch_size=mbs,
+            forward_only=False,
+        )
+        phases["timing/update_fwd_bwd"] += time.perf_counter() - started
+        started = time.perf_counter()
+        # megatron's optimizer.step(), split so a non-finite update is never applied
+        found_inf = optimizer.prepare_grads()
+        grad_norm = float(optimizer.get_grad_norm())
+        out = reduce_loss_metrics(losses, n_micro)
+        finite = math.isfinite(grad_norm) and all(math.isfinite(v) for v in out.values())
+        if found_inf or not finite:
+            self.skipped_updates += 1
+            optimizer.zero_grad()
+            logger.warning("actor: non-finite loss or grad norm (%s); update skipped", grad_norm)
+            out["grad_norm"] = float("nan")
+            return out
+        if self.clip_grad > 0:
+            optimizer.clip_grad_norm(self.clip_grad)
+        optimizer.step_with_ready_grads()
+        self.opt.scheduler.step(increment=1)
+        phases["timing/update_optimizer"] += time.perf_counter() - started
+        out["grad_norm"] = grad_norm
+        out["actor/lr"] = float(optimizer.param_groups[0]["lr"])
+        return out

@@ -1,0 +1,208 @@
+"""The GRPO step and the rollout reassembly on the driver, with small in-process fakes of the
+role facades (no Ray, no models): what the loop sends where, in which order, and what it
+does with the answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+
+from mindrl.algorithms.kl_control import FixedKLController
+from mindrl.config import load_run_config
+from mindrl.rollout.rows import RolloutRow
+from mindrl.trainer.grpo import grpo_step, recomputes_old_log_probs
+from mindrl.trainer.rollout_step import assemble_rollouts
+from mindrl.trainer.setup import Prompts, Trainer
+
+
+def _row(prompt: int, tokens: list[int]) -> RolloutRow:
+    return RolloutRow(prompt, tokens, [-0.5] * len(tokens), "stop")
+
+
+def test_assemble_rollouts_orders_slices_and_offsets_prompt_indices():
+    # 3 slices of 2 prompts; ranks 0,1 share slice 0 (inference TP 2), rank 1 returns None
+    rows = assemble_rollouts(
+        [2, 2, 2],
+        [0, 0, 1, 2],
+        [[_row(0, [1]), _row(1, [2])], None, [_row(0, [3]), _row(1, [4])], [_row(1, [5])]],
+    )
+    assert [r.prompt_index for r in rows] == [0, 1, 2, 3, 5]
+    assert [r.token_ids for r in rows] == [[1], [2], [3], [4], [5]]
+
+
+def test_assemble_rollouts_names_a_slice_nobody_returned():
+    with pytest.raises(RuntimeError, match="prompt slice 1"):
+        assemble_rollouts([1, 1], [0, 1], [[_row(0, [1])], None])
+
+
+# ------------------------------------------------------------------ fakes of the facades
+@dataclass
+class Record:
+    prompt_ids: tuple[int, ...]
+    label: str
+    prompt_text: str
+
+
+class FakeDataset:
+    def __init__(self, n: int) -> None:
+        self.records = [Record((10 + i, 11 + i), str(i), f"p{i}") for i in range(n)]
+
+    def batch(self, indices: list[int]) -> list[Record]:
+        return [self.records[i] for i in indices]
+
+
+class FakeSampler:
+    def __init__(self, batch: int) -> None:
+        self.batch, self.calls = batch, 0
+
+    def next_batch(self) -> list[int]:
+        start = self.calls * self.batch
+        self.calls += 1
+        return list(range(start, start + self.batch))
+
+
+class FakeTokenizer:
+    def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+        return " ".join(str(int(i)) for i in ids)
+
+
+@dataclass
+class FakeGenerator:
+    """Two generating ranks; response i of a prompt is i+1 copies of token 7 (so lengths
+    and therefore scores differ within a group)."""
+
+    calls: list[str] = field(default_factory=list)
+
+    def rollout_ranks(self) -> list[int]:
+        return [0, 1]
+
+    def generate(self, prompts_per_rank, sampling):
+        self.calls.append("generate")
+        return [
+            [_row(p, [7] * (i + 1)) for p in range(len(prompts)) for i in range(sampling.n)]
+            for prompts in prompts_per_rank
+        ]
+
+    def rollout_mode(self) -> None:
+        self.calls.append("rollout_mode")
+
+    def train_mode(self) -> None:
+        self.calls.append("train_mode")
+
+
+@dataclass
+class FakeActor(FakeGenerator):
+    updates: list[Any] = field(default_factory=list)
+
+    def log_probs(self, batch):
+        self.calls.append("log_probs")
+        return torch.full(batch.response_mask.shape, -1.0) * batch.response_mask
+
+    def update(self, batch, step):
+        self.calls.append("update")
+        self.updates.append((batch, step))
+        return {"actor/pg_loss": 0.25, "grad_norm": 1.0}
+
+    def sync_weights(self):
+        self.calls.append("sync_weights")
+        return {"timing/resharding_to_infer": 0.0, "resharding/bytes": 8.0}
+
+
+class FakeRef:
+    def log_probs(self, batch):
+        return torch.full(batch.response_mask.shape, -0.9) * batch.response_mask
+
+
+@dataclass
+class FakeRoles:
+    actor: FakeActor
+    ref: FakeRef | None
+    reward: Any = None
+    rollout: Any = None
+
+    @property
+    def generator(self):
+        return self.actor
+
+
+class LengthScorer:
+    """Scores a response by its token count: deterministic and different within a group."""
+
+    def score(self, texts, labels, metas):
+        scores = [float(len(t.split())) for t in texts]
+        return type("R", (), {"scores": scores, "metrics": {"len_rewards/mean": 1.0}})()
+
+
+def _trainer(overrides: list[str]) -> tuple[Trainer, FakeActor]:
+    run, _ = load_run_config("grpo_tiny_cpu", ["rl_config.n_samples_per_prompt=4", *overrides])
+    actor = FakeActor()
+    gbs = run.actor.batch.global_batch_size
+    prompts = Prompts(FakeDataset(4 * gbs), FakeSampler(gbs), FakeTokenizer(), pad_id=0)
+    t = Trainer(
+        run=run,
+        prompts=prompts,
+        roles=FakeRoles(actor, FakeRef()),  # type: ignore[arg-type]
+        scorer=LengthScorer(),  # type: ignore[arg-type]
+        kl_ctrl=FixedKLController(0.0),
+        metrics=None,  # type: ignore[arg-type]
+        checkpoints=None,  # type: ignore[arg-type]
+        start_step=0,
+    )
+    return t, actor
+
+
+def test_grpo_step_calls_the_roles_in_order_and_leaves_batches_alone():
+    t, actor = _trainer(["rl_config.mini_batch_size=32"])
+    assert not recomputes_old_log_probs(t.run)  # one optimizer step: on-policy
+    metrics, scored = grpo_step(t, step=3)
+    assert actor.calls == ["rollout_mode", "generate", "train_mode", "update", "sync_weights"]
+    batch, step = actor.updates[0]
+    assert step == 3
+    gbs, n = t.run.actor.batch.global_batch_size, 4
+    assert batch.size == gbs * n
+    assert "old_log_probs" not in batch.tensors  # on-policy: the update's own are used
+    assert set(batch.tensors) >= {"advantages", "ref_log_probs", "rollout_log_probs"}
+    # group-normalised: advantages of each group sum to ~0 over its samples
+    per_sample = (batch.tensors["advantages"] * batch.response_mask).sum(-1) / batch.response_mask.sum(-1)
+    assert per_sample.view(-1, n).sum(-1).abs().max() < 1e-4
+    # the responses are 1..n tokens of 7; the length scorer's scores come back per sample
+    assert scored.scores.view(-1, n)[0].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert len(scored.completions) == batch.size
+    assert metrics["grpo/score"] == pytest.approx(2.5)
+    assert metrics["actor/pg_loss"] == 0.25 and metrics["resharding/bytes"] == 8.0
+    for key in ("timing/rollout", "timing/update", "response_length/mean", "e2e_tps"):
+        assert key in metrics
+
+
+def test_grpo_step_recomputes_old_log_probs_when_a_batch_gets_several_optimizer_steps():
+    t, actor = _trainer(["rl_config.mini_batch_size=8"])
+    assert recomputes_old_log_probs(t.run)
+    metrics, _ = grpo_step(t, step=0)
+    assert actor.calls.index("log_probs") < actor.calls.index("update")
+    batch, _ = actor.updates[0]
+    assert torch.equal(batch.tensors["old_log_probs"], -1.0 * batch.response_mask)
+    assert "rollout/logprob_abs_diff" in metrics  # measured on the driver from old log-probs
+
+
+def test_overlong_filter_reaches_the_update_without_editing_the_rollout_batch():
+    t, actor = _trainer(["rl_config.overlong_filter=true"])
+    gen_rows = FakeGenerator.generate
+
+    def cut(self, prompts_per_rank, sampling):  # every 2nd response hit max_tokens
+        out = gen_rows(self, prompts_per_rank, sampling)
+        return [
+            [RolloutRow(r.prompt_index, r.token_ids, r.log_probs, "length" if i % 2 else "stop")
+             for i, r in enumerate(rows)]
+            for rows in out
+        ]
+
+    actor.generate = cut.__get__(actor)  # type: ignore[method-assign]
+    grpo_step(t, step=0)
+    batch, _ = actor.updates[0]
+    cut_rows = [i for i, f in enumerate(batch.meta["finish_reason"]) if f == "length"]
+    kept_rows = [i for i, f in enumerate(batch.meta["finish_reason"]) if f == "stop"]
+    assert batch.response_mask[cut_rows].sum() == 0
+    assert (batch.response_mask[kept_rows].sum(-1) > 0).all()
