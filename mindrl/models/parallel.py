@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from mindrl.accelerator import get_accelerator
 
@@ -41,9 +42,44 @@ class ParallelInfo:
         return self.pp_rank == self.pp_size - 1
 
 
+_LISTEN_SOCKETS: list[Any] = []
+
+
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     return int(value) if value not in (None, "") else default
+
+
+def rendezvous_store(
+    master_addr: str, master_port: int, rank: int, world_size: int, timeout: timedelta
+) -> Any:
+    """torch's TCPStore for the rendezvous, listening on `master_addr` only.
+
+    `init_method="tcp://..."` makes rank 0's store listen on every interface; here rank 0
+    binds the socket itself (the master address: loopback on one machine, the node's
+    address on a cluster) and hands it to the store.
+    """
+    import socket
+
+    import torch.distributed as dist
+
+    if rank != 0:
+        return dist.TCPStore(master_addr, master_port, world_size, is_master=False, timeout=timeout)
+    family = socket.AF_INET6 if ":" in master_addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((master_addr, master_port))
+    sock.listen(max(world_size, 16))
+    store = dist.TCPStore(
+        master_addr,
+        master_port,
+        world_size,
+        is_master=True,
+        timeout=timeout,
+        master_listen_fd=sock.fileno(),
+    )
+    _LISTEN_SOCKETS.append(sock)  # the store serves from this socket: keep it open
+    return store
 
 
 def init_parallel(
@@ -86,12 +122,9 @@ def init_parallel(
         else:
             if master_addr is None or master_port is None:
                 raise ValueError("init_parallel: world_size > 1 needs master_addr and master_port")
+            store = rendezvous_store(master_addr, master_port, rank, world_size, timeout)
             dist.init_process_group(
-                acc.dist_backend,
-                init_method=f"tcp://{master_addr}:{master_port}",
-                rank=rank,
-                world_size=world_size,
-                timeout=timeout,
+                acc.dist_backend, store=store, rank=rank, world_size=world_size, timeout=timeout
             )
         _OWNS_PROCESS_GROUP = True
     world = dist.get_world_size()

