@@ -153,7 +153,7 @@ def stop_watchdog(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> Non
     """Tell the watchdog the cluster was stopped cleanly, and wait for it to leave."""
     if proc is None or proc.poll() is not None:
         return
-    from mindrl.cluster.launch import WATCHDOG_STOP
+    from mindrl.cluster.processes import WATCHDOG_STOP
 
     try:
         assert proc.stdin is not None
