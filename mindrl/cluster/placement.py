@@ -3,8 +3,9 @@
 Pure planning (no Ray import): the plan is validated against the cluster's resources and can be
 printed by `--dry-run`. Colocated roles share one device group (and so one placement group);
 `colocate_all_models` puts actor, reference and reward on the same devices,
-`colocate_actor_ref` the actor and reference. When `use_integrated_worker` is false the rollout
-engine gets its own group of `infer_tensor_parallel_size` devices.
+`colocate_actor_ref` (and MindSpeed-RL's integrated worker, `use_integrated_worker: true`) the
+actor and reference. With `rl_config.rollout_resource` the rollout engines get their own group
+of that many devices; otherwise every actor rank holds one (the hybrid engine).
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ def plan_placement(
     if res.colocate_all_models:
         sets.append(run.roles)
     else:
-        first = [run.actor] + ([run.ref] if res.colocate_actor_ref and run.ref else [])
+        with_actor = res.colocate_actor_ref or res.use_integrated_worker
+        first = [run.actor] + ([run.ref] if with_actor and run.ref else [])
         sets.append(first)
         sets.extend([r] for r in run.roles if all(r is not x for x in first))
     groups = []
@@ -123,8 +125,8 @@ def plan_placement(
                 devices_per_node,
             )
         )
-    if not res.use_integrated_worker:
-        n = run.generate.infer_tensor_parallel_size
+    if res.rollout_resource is not None:
+        n = res.rollout_resource.num_npus
         rollout = RoleLayout("rollout", n, n, 1, 1)
         groups.append(_group("rollout", [rollout], n, bundle, devices_per_node))
     return PlacementPlan(resource=resource, groups=tuple(groups))

@@ -7,6 +7,7 @@ ones over the model file. Every problem found is collected and raised together.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -101,7 +102,8 @@ def _build_role(
 
 
 def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
-    """Type-check and group a composed config; raise ConfigError listing every problem."""
+    """Type-check and group a composed config; raise ConfigError listing every problem
+    (all sections are checked in one pass, so a bad key in one does not hide the others)."""
     problems = _Problems()
     for key in raw:
         if key not in TOP_LEVEL_KEYS:
@@ -116,26 +118,28 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
     runtime = build_dataclass(
         RuntimeConfig, _section(raw, "runtime", problems), "runtime", problems
     )
-    if any(v is None for v in rl_groups.values()) or generate is None or runtime is None:
-        raise ConfigError(problems.items)
-    rl = RLConfig(**rl_groups)
+    # a broken group still lets the roles be checked, against its defaults
+    rl = RLConfig(**{k: v if v is not None else RL_GROUPS[k]() for k, v in rl_groups.items()})
     res = rl.resources
 
     actor = _build_role(raw, "actor", res.actor_resource.num_npus, problems)
     ref = reward = None
-    if raw.get("ref_config") is not None:
+    if res.use_integrated_worker:
+        _refuse_separate_roles(raw, res, problems)
+        if actor is not None and rl.algorithm.kl.where != "off":
+            ref = dataclasses.replace(actor, role="ref")  # MindSpeed-RL's integrated reference
+    elif raw.get("ref_config") is not None:
         ref_devices = _role_devices("ref", res.reference_resource, res, problems)
         ref = _build_role(raw, "ref", ref_devices, problems)
     elif res.reference_resource is not None:
         problems.add("rl_config.reference_resource: set, but there is no ref_config section")
-    if res.reward_resource is not None:
+    if res.reward_resource is not None and not res.use_integrated_worker:
         if raw.get("reward_config") is None:
             problems.add("rl_config.reward_resource: set, but there is no reward_config section")
         else:
             reward = _build_role(raw, "reward", res.reward_resource.num_npus, problems)
-    if problems.items:
+    if problems.items or generate is None or runtime is None or actor is None:
         raise ConfigError(problems.items)
-    assert actor is not None
     return RunConfig(
         config_name=config_name,
         actor=actor,
@@ -145,6 +149,25 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
         generate=generate,
         runtime=runtime,
     )
+
+
+def _refuse_separate_roles(raw: Mapping[str, Any], res: Any, problems: _Problems) -> None:
+    """MindSpeed-RL's integrated worker holds actor, reference and rollout: it refuses a
+    separate reference or reward model, and so does mindrl (same meaning, same config)."""
+    why = "with use_integrated_worker: true the reference is built from actor_config"
+    if raw.get("ref_config") is not None:
+        problems.add(
+            f"ref_config: not allowed ({why}); remove it or set use_integrated_worker: false"
+        )
+    if res.reference_resource is not None:
+        problems.add(
+            f"rl_config.reference_resource: not allowed ({why} and shares the actor's devices)"
+        )
+    if res.reward_resource is not None or raw.get("reward_config") is not None:
+        problems.add(
+            "rl_config.reward_resource: a reward model is not supported with "
+            "use_integrated_worker: true (as in MindSpeed-RL); set use_integrated_worker: false"
+        )
 
 
 def _role_devices(role: str, spec: Any, res: Any, problems: _Problems) -> int:

@@ -19,11 +19,40 @@ class ResourceSpec:
     num_npus: int = spec(1, ge=1, aliases=("num_gpus", "num_devices"))
 
 
+DEFAULT_INIT_KL_COEF = 0.01  # MindSpeed-RL's rl_config default
+
+
+@dataclass(frozen=True)
+class KLPlacement:
+    """`where` is "loss", "reward" or "off"; `estimator` is the kl_penalty name."""
+
+    where: str
+    coef: float
+    estimator: str
+
+    def describe(self) -> str:
+        if self.where == "off":
+            return "KL: off"
+        ctrl = "" if self.where == "loss" else " (kl_ctrl_type controls it)"
+        return f"KL: {self.where}, coef {self.coef:g}, estimator {self.estimator}{ctrl}"
+
+
 @dataclass(frozen=True)
 class AlgorithmConfig:
     adv_estimator: str = spec("group_norm", choices=ADV_ESTIMATOR_NAMES)
     n_samples_per_prompt: int = spec(8, ge=1)
-    mini_batch_size: int = spec(0, ge=0, help="samples per optimizer step; 0 = the whole batch")
+    mini_batch_size: int = spec(
+        0,
+        ge=0,
+        help="per optimizer step, counted in `mini_batch_size_unit` (MindSpeed-RL 2.x: prompts, "
+        "each with its n_samples_per_prompt samples); 0 = the whole batch",
+    )
+    mini_batch_size_unit: str = spec(
+        "prompts",
+        choices=("prompts", "samples"),
+        help="how mini_batch_size counts: prompts (MindSpeed-RL 2.x, the default) or samples "
+        "(MindSpeed-RL 1.x and the seed docs: 'usually gbs x n_samples_per_prompt')",
+    )
     epochs: int = spec(1, ge=1, help="passes over each RL batch")
     recompute_old_log_prob: str = spec(
         "auto",
@@ -40,11 +69,19 @@ class AlgorithmConfig:
     loss_agg_mode: str = spec("token-mean", choices=LOSS_AGG_MODES)
     kl_penalty: str = spec("low_var_kl", choices=KL_TYPES, help="KL estimator")
     kl_ctrl_type: str = spec("fixed", choices=KL_CTRL_TYPES)
-    init_kl_coef: float = spec(0.0, ge=0.0, help="KL-in-reward coefficient (0 disables)")
+    init_kl_coef: float | None = spec(
+        None,
+        ge=0.0,
+        help="MindSpeed-RL's KL weight: the KL-loss coefficient in GRPO, the reward penalty's "
+        "with use_kl_in_reward (unset: 0.01, MindSpeed-RL's default; 0 turns KL off)",
+    )
+    use_kl_in_reward: bool = spec(
+        False, help="KL as a penalty in the reward (init_kl_coef, kl_ctrl_type) instead of a loss"
+    )
     kl_target: float = spec(0.1, gt=0.0)
     kl_horizon: float = spec(10000.0, gt=0.0)
-    use_kl_loss: bool = False
-    kl_loss_coef: float = spec(0.001, ge=0.0)
+    use_kl_loss: bool = spec(False, help="verl's switch: KL loss with kl_loss_coef")
+    kl_loss_coef: float = spec(0.001, ge=0.0, help="verl's KL-loss coefficient (use_kl_loss)")
     entropy_coeff: float = spec(0.0, ge=0.0)
     gamma: float = spec(1.0, ge=0.0, le=1.0)
     lam: float = spec(0.95, ge=0.0, le=1.0)
@@ -54,6 +91,23 @@ class AlgorithmConfig:
     overlong_filter: bool = spec(False, help="mask responses truncated at max_tokens")
     use_tis: bool = spec(False, help="truncated importance sampling rollout -> train")
     tis_cap: float = spec(2.0, gt=0.0)
+
+    @property
+    def mini_batch_samples(self) -> int:
+        """Samples per optimizer step (0 = the whole batch), whatever unit the YAML used."""
+        if self.mini_batch_size_unit == "prompts":
+            return self.mini_batch_size * self.n_samples_per_prompt
+        return self.mini_batch_size
+
+    @property
+    def kl(self) -> KLPlacement:
+        """Where KL goes, with which coefficient and estimator (MindSpeed-RL's meaning)."""
+        coef = DEFAULT_INIT_KL_COEF if self.init_kl_coef is None else self.init_kl_coef
+        if self.use_kl_in_reward:
+            return KLPlacement("reward" if coef > 0 else "off", coef, self.kl_penalty)
+        if self.use_kl_loss:  # verl's keys name the loss coefficient themselves
+            coef = self.kl_loss_coef
+        return KLPlacement("loss" if coef > 0 else "off", coef, self.kl_penalty)
 
 
 @dataclass(frozen=True)
@@ -103,7 +157,16 @@ class ResourceConfig:
     reward_resource: ResourceSpec | None = None
     colocate_actor_ref: bool = False
     colocate_all_models: bool = False
-    use_integrated_worker: bool = spec(True, help="actor + rollout in one worker (hybrid engine)")
+    use_integrated_worker: bool = spec(
+        True,
+        help="MindSpeed-RL's integrated worker: the reference is built from actor_config and "
+        "shares the actor's devices (no ref_config / reference_resource / reward model)",
+    )
+    rollout_resource: ResourceSpec | None = spec(
+        None,
+        help="mindrl: give rollout its own devices (a separate engine group fed through the "
+        "object store); unset: a rollout engine on every actor rank (the hybrid engine)",
+    )
     num_cpus_for_local_task: float = spec(1.0, gt=0.0)
     num_cpus_for_placement_group: int = spec(1, ge=1, help="CPUs per device bundle")
     blocking: bool = True

@@ -67,5 +67,5 @@ class RunConfig:
         """Epochs x mini-batches of one RL step's samples (the LR schedule's unit)."""
         alg = self.rl.algorithm
         samples = self.actor.batch.global_batch_size * alg.n_samples_per_prompt
-        mini = alg.mini_batch_size or samples
+        mini = alg.mini_batch_samples or samples
         return alg.epochs * (samples // mini)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mindrl.algorithms.names import GROUP_ESTIMATORS
 from mindrl.config.errors import ConfigError
-from mindrl.config.rl import MIN_VERIFIER_MEMORY_MB
+from mindrl.config.rl import MIN_VERIFIER_MEMORY_MB, AlgorithmConfig
 from mindrl.config.role import ROLE_NAMES, RoleConfig
 from mindrl.config.run import RunConfig
 from mindrl.config.writable import unwritable_reason
@@ -81,10 +81,15 @@ def _batch_problems(run: RunConfig) -> list[str]:
                 f"samples is not divisible by micro_batch_size ({role.batch.micro_batch_size}) x "
                 f"DP ({role.dp}) = {step}"
             )
-    mini = alg.mini_batch_size or samples
+    other_reading = _mini_batch_other_reading(alg, gbs)
+    if other_reading:
+        out.append(other_reading)
+        return out
+    mini = alg.mini_batch_samples or samples
     if samples % mini:
         out.append(
-            f"rl_config.mini_batch_size: {mini} does not divide the {samples} samples of a step "
+            f"rl_config.mini_batch_size: {alg.mini_batch_size} {alg.mini_batch_size_unit} = "
+            f"{mini} samples does not divide the {samples} samples of a step "
             f"(global_batch_size {gbs} x n_samples_per_prompt {alg.n_samples_per_prompt})"
         )
     if run.actor.dp:
@@ -94,6 +99,54 @@ def _batch_problems(run: RunConfig) -> list[str]:
                 f"rl_config.mini_batch_size: {mini} is not divisible by the actor's "
                 f"micro_batch_size x DP = {step}"
             )
+    return out
+
+
+def _mini_batch_other_reading(alg: AlgorithmConfig, gbs: int) -> str | None:
+    """A mini_batch_size that is valid only under the reading not chosen: refused, naming
+    both, so a MindSpeed-RL 1.x value never silently becomes 8x the optimizer steps (or the
+    reverse)."""
+    n, mini = alg.n_samples_per_prompt, alg.mini_batch_size
+    if not mini:
+        return None
+    as_prompts_ok = gbs % mini == 0
+    as_samples_ok = (gbs * n) % mini == 0
+    if alg.mini_batch_size_unit == "prompts" and not as_prompts_ok and as_samples_ok:
+        return (
+            f"rl_config.mini_batch_size: {mini} read as prompts (MindSpeed-RL 2.x, mindrl's "
+            f"default) does not divide global_batch_size {gbs}; read as samples (MindSpeed-RL "
+            f"1.x: 'gbs x n_samples_per_prompt') it gives {gbs * n // mini} optimizer step(s) per "
+            "RL step: set rl_config.mini_batch_size_unit: samples if that is what you meant"
+        )
+    if alg.mini_batch_size_unit == "samples" and not as_samples_ok and as_prompts_ok:
+        return (
+            f"rl_config.mini_batch_size: {mini} read as samples does not divide the "
+            f"{gbs * n} samples of a step; read as prompts (MindSpeed-RL 2.x) it gives "
+            f"{gbs // mini} optimizer step(s) per RL step: set mini_batch_size_unit: prompts"
+        )
+    return None
+
+
+def _kl_problems(run: RunConfig) -> list[str]:
+    alg = run.rl.algorithm
+    out = []
+    if (
+        alg.use_kl_loss
+        and not alg.use_kl_in_reward
+        and alg.init_kl_coef is not None
+        and alg.init_kl_coef != alg.kl_loss_coef
+    ):
+        out.append(
+            f"rl_config.init_kl_coef: {alg.init_kl_coef} and kl_loss_coef: {alg.kl_loss_coef} "
+            "both set the KL-loss weight (init_kl_coef as in MindSpeed-RL's GRPO, kl_loss_coef "
+            "with verl's use_kl_loss); keep one"
+        )
+    if alg.kl.where != "off" and run.ref is None:
+        where = (
+            "set use_integrated_worker: true (the reference is built from actor_config) or add "
+            "ref_config"
+        )
+        out.append(f"rl_config.init_kl_coef: {alg.kl.describe()} needs a reference model; {where}")
     return out
 
 
@@ -117,9 +170,7 @@ def _algorithm_problems(run: RunConfig) -> list[str]:
         )
     if run.rl.logging.use_wandb:
         out.append("rl_config.use_wandb: wandb is not supported; use use_tensorboard")
-    needs_ref = alg.use_kl_loss or alg.init_kl_coef > 0
-    if needs_ref and run.ref is None:
-        out.append("ref_config: required because rl_config.use_kl_loss is true or init_kl_coef > 0")
+    out.extend(_kl_problems(run))
     if alg.max_prompt_length + gen.sampling_config.max_tokens > gen.max_model_len:
         out.append(
             f"generate_config.max_model_len: {gen.max_model_len} is below max_prompt_length "
@@ -138,10 +189,10 @@ def _algorithm_problems(run: RunConfig) -> list[str]:
             f"do not split over the {engines} rollout engine(s) (actor devices / "
             "infer_tensor_parallel_size)"
         )
-    if not run.rl.resources.use_integrated_worker and gen.infer_tensor_parallel_size > 1:
+    if run.rl.resources.rollout_resource is not None and gen.infer_tensor_parallel_size > 1:
         out.append(
             "generate_config.infer_tensor_parallel_size: a separate rollout group "
-            "(use_integrated_worker: false) runs infer TP 1 engines for now"
+            "(rl_config.rollout_resource) runs infer TP 1 engines for now"
         )
     if run.actor.model.num_attention_heads % gen.infer_tensor_parallel_size:
         out.append(

@@ -20,7 +20,7 @@ class Advantages:
 
 
 def uses_kl_in_reward(alg: AlgorithmConfig) -> bool:
-    return alg.init_kl_coef > 0 and not alg.use_kl_loss
+    return alg.kl.where == "reward"
 
 
 def compute_step_advantages(

@@ -92,7 +92,7 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
     try:
         for device_group in plan.groups:
             for layout in device_group.roles:
-                hybrid = run.rl.resources.use_integrated_worker
+                hybrid = run.rl.resources.rollout_resource is None
                 cls, args = {
                     "actor": (ActorWorker, (run, hybrid)),
                     "ref": (ReferenceWorker, (run,)),

@@ -82,7 +82,7 @@ def kl_controller(run: RunConfig) -> FixedKLController:
     return make_kl_controller(
         KLControlConfig(
             type=alg.kl_ctrl_type,
-            kl_coef=alg.init_kl_coef,
+            kl_coef=alg.kl.coef if alg.kl.where == "reward" else 0.0,
             target_kl=alg.kl_target,
             horizon=alg.kl_horizon,
         )

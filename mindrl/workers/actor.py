@@ -1,5 +1,5 @@
 """The actor's Ray shell: one rank of the trained policy, with the hybrid rollout engine on
-the same rank when `use_integrated_worker` is true.
+the same rank unless rollout has its own devices (`rl_config.rollout_resource`).
 
 The work is done by Ray-free parts this shell wires together: the optimizer
 (`models/optimizer.py`), the policy update (`workers/policy_update.py`), the hybrid engine
@@ -186,7 +186,7 @@ class ActorWorker(MegatronModelWorker):
     # -- typed access to what init_model built ----------------------------------------------
     def _hybrid(self) -> HybridEngine:
         if self.hybrid is None:
-            raise RuntimeError("this actor holds no rollout engine (use_integrated_worker false)")
+            raise RuntimeError("this actor holds no rollout engine (rl_config.rollout_resource is set)")
         return self.hybrid
 
     def _opt(self) -> TrainingOptimizer:

@@ -124,7 +124,7 @@ class ReferenceGroup:
 
 
 class RolloutGroup:
-    """Rollout engines on their own devices (`use_integrated_worker: false`)."""
+    """Rollout engines on their own devices (`rl_config.rollout_resource`)."""
 
     def __init__(self, group: WorkerGroup) -> None:
         self.group = group

@@ -100,8 +100,8 @@ def grpo_loss_config(alg: AlgorithmConfig) -> GRPOLossConfig:
         clip_ratio_high=alg.clip_ratio_high,
         clip_ratio_c=alg.clip_ratio_c,
         loss_agg_mode=alg.loss_agg_mode,
-        use_kl_loss=alg.use_kl_loss,
-        kl_loss_coef=alg.kl_loss_coef,
+        use_kl_loss=alg.kl.where == "loss",
+        kl_loss_coef=alg.kl.coef,
         kl_loss_type=alg.kl_penalty,
         entropy_coeff=alg.entropy_coeff,
         use_tis=alg.use_tis,
@@ -245,7 +245,7 @@ class PolicyUpdater:
         import torch
 
         alg = self.alg
-        mini = (alg.mini_batch_size or batch.size * self.dp_size) // self.dp_size
+        mini = (alg.mini_batch_samples or batch.size * self.dp_size) // self.dp_size
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         phases = {"timing/update_fwd_bwd": 0.0, "timing/update_optimizer": 0.0}

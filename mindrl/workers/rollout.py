@@ -1,4 +1,4 @@
-"""A rollout engine in its own worker group (`use_integrated_worker: false`): it generates on
+"""A rollout engine in its own worker group (`rl_config.rollout_resource`): it generates on
 its own devices, and receives the actor's weights, in HF naming and in buckets, through Ray's
 object store after every update."""
 

@@ -78,7 +78,7 @@ def test_separate_rollout_actor_gives_the_same_run(tmp_path, tiny_model_dir):
     proc = run_train(hybrid, "actor_config.train_iters=3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = run_train(
-        separate, "actor_config.train_iters=3", "rl_config.use_integrated_worker=false"
+        separate, "actor_config.train_iters=3", "rl_config.rollout_resource.num_npus=1"
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "group rollout: 1 device(s)" in proc.stdout

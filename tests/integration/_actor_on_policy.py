@@ -21,7 +21,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     from mindrl.models.logprobs import forward_only
 
     # 8 prompts x 8 samples in one mini-batch: one optimizer step per RL step
-    run, worker, batch = actor_and_sampled_batch(["rl_config.mini_batch_size=64"])
+    run, worker, batch = actor_and_sampled_batch(["rl_config.mini_batch_size=8"])
     every_token = forward_only(
         worker.model_chunks,
         batch.input_ids,

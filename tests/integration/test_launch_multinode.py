@@ -334,7 +334,7 @@ def test_master_and_worker_scripts_run_grpo_across_two_nodes(tmp_path, tiny_mode
             head_dir,
             "--include-dashboard=false",
             "grpo_tiny_cpu",
-            "rl_config.use_integrated_worker=false",
+            "rl_config.rollout_resource.num_npus=1",
             "actor_config.train_iters=2",
             f"runtime.output_dir={out}",
             f"actor_config.save={out}/ckpt",

@@ -74,7 +74,7 @@ INVALID: list[tuple[list[str], list[str]]] = [
     ),
     (["rl_config.rule_reward=false"], ["rl_config.rule_reward", "reward model"]),
     (["~ref_config"], ["reference_resource", "no ref_config"]),
-    (["~ref_config", "~rl_config.reference_resource"], ["ref_config: required", "init_kl_coef"]),
+    (["~ref_config", "~rl_config.reference_resource"], ["needs a reference model", "KL: loss"]),
     (
         ["rl_config.reward_resource.num_npus=4", "~reward_config"],
         ["rl_config.reward_resource", "no reward_config"],

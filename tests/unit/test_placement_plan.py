@@ -69,7 +69,7 @@ def test_separate_ref_group_at_actor_tp2():
 
 
 def test_separate_rollout_group_gets_infer_tp_devices():
-    plan = _plan("grpo_tiny_cpu", ["rl_config.use_integrated_worker=false"], per_node=4)
+    plan = _plan("grpo_tiny_cpu", ["rl_config.rollout_resource.num_npus=1"], per_node=4)
     assert [g.name for g in plan.groups] == ["actor+ref", "rollout"]
     rollout = plan.groups[1]
     assert rollout.num_devices == 1  # generate_config.infer_tensor_parallel_size

@@ -155,7 +155,7 @@ def _trainer(overrides: list[str]) -> tuple[Trainer, FakeActor]:
 
 
 def test_grpo_step_calls_the_roles_in_order_and_leaves_batches_alone():
-    t, actor = _trainer(["rl_config.mini_batch_size=32"])
+    t, actor = _trainer(["rl_config.mini_batch_size=8"])  # all 8 prompts: one step
     assert not recomputes_old_log_probs(t.run)  # one optimizer step: on-policy
     metrics, scored = grpo_step(t, step=3)
     assert actor.calls == ["rollout_mode", "generate", "train_mode", "update", "sync_weights"]
@@ -178,7 +178,7 @@ def test_grpo_step_calls_the_roles_in_order_and_leaves_batches_alone():
 
 
 def test_grpo_step_recomputes_old_log_probs_when_a_batch_gets_several_optimizer_steps():
-    t, actor = _trainer(["rl_config.mini_batch_size=8"])
+    t, actor = _trainer(["rl_config.mini_batch_size=2"])  # 2 prompts x 4 samples per step
     assert recomputes_old_log_probs(t.run)
     metrics, _ = grpo_step(t, step=0)
     assert actor.calls.index("log_probs") < actor.calls.index("update")

@@ -1,0 +1,63 @@
+"""What a config means where readings could differ, said before anything starts.
+
+MindSpeed-RL's generations disagree on some keys (`mini_batch_size` counts prompts in 2.x,
+samples in 1.x) and mindrl's peers use other keys for the same thing (verl's `use_kl_loss`):
+the dry run and every run print the reading mindrl took, so a user sees it before spending
+a cluster hour.
+"""
+
+from __future__ import annotations
+
+from mindrl.config.run import RunConfig
+
+
+def optimizer_steps_line(run: RunConfig) -> str:
+    alg = run.rl.algorithm
+    gbs = run.actor.batch.global_batch_size
+    samples = gbs * alg.n_samples_per_prompt
+    mini = alg.mini_batch_samples or samples
+    how = (
+        "the whole batch"
+        if not alg.mini_batch_size
+        else f"mini_batch_size {alg.mini_batch_size} {alg.mini_batch_size_unit} = {mini} samples"
+    )
+    return (
+        f"optimizer steps per RL step: {run.optimizer_steps_per_rl_step} "
+        f"({samples} samples per step, {how}, epochs {alg.epochs})"
+    )
+
+
+def mini_batch_reading_notice(run: RunConfig) -> str | None:
+    """When both readings of mini_batch_size are valid but give different step counts."""
+    alg = run.rl.algorithm
+    if not alg.mini_batch_size:
+        return None
+    gbs, n = run.actor.batch.global_batch_size, alg.n_samples_per_prompt
+    samples = gbs * n
+    as_prompts = alg.mini_batch_size * n
+    as_samples = alg.mini_batch_size
+    if samples % as_prompts or samples % as_samples or as_prompts == as_samples:
+        return None
+    other = "samples" if alg.mini_batch_size_unit == "prompts" else "prompts"
+    other_steps = alg.epochs * samples // (as_samples if other == "samples" else as_prompts)
+    return (
+        f"note: mini_batch_size {alg.mini_batch_size} is read as {alg.mini_batch_size_unit}; "
+        f"read as {other} (rl_config.mini_batch_size_unit: {other}) it would give "
+        f"{other_steps} optimizer step(s) per RL step"
+    )
+
+
+def meaning_lines(run: RunConfig) -> list[str]:
+    lines = [optimizer_steps_line(run), run.rl.algorithm.kl.describe()]
+    notice = mini_batch_reading_notice(run)
+    if notice:
+        lines.append(notice)
+    ref = "none"
+    if run.ref is not None:
+        ref = (
+            "built from actor_config (integrated worker), on the actor's devices"
+            if run.rl.resources.use_integrated_worker
+            else "ref_config"
+        )
+    lines.append(f"reference model: {ref}")
+    return lines
