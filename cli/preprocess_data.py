@@ -5,9 +5,11 @@
         --input data/gsm8k/train.parquet --output-prefix data/gsm8k_store seq_length=512
 
 Reads ``configs/datasets/NAME.yaml`` (or ``--config-dir``), applies ``key=value``
-overrides and the path flags, and writes the store at ``output_prefix``.
+overrides and the path flags, and writes the store at ``output_prefix``. Config problems
+(unknown keys, bad values, handler, template, missing input or tokenizer folder, unwritable
+output) are all listed at once before anything runs.
 Exit status: 0 done, 1 refused by a policy (bad/overlong rows), 2 bad config or an
-unusable input / output path (one line on stderr naming it).
+unusable input / output path (stderr names each problem).
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     flags = {k: v for k, v in flags.items() if v is not None}
     try:
-        config = load_preprocess_config(args.config_name, args.config_dir, args.overrides, flags)
+        config = load_preprocess_config(
+            args.config_name, args.config_dir, args.overrides, flags, check_paths=True
+        )
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2

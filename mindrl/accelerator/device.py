@@ -214,6 +214,32 @@ def _build(name: str) -> Accelerator:
     return Accelerator(name)
 
 
+def accelerator_usable(name: str) -> bool:
+    """Whether a run for `name` ("npu" | "cuda" | "cpu") could start on this machine.
+
+    A dry run checks its plan against this machine (or the Ray cluster it would join) only
+    when it could; otherwise it plans for the config's target without touching the device.
+    """
+    if name == "cpu":
+        return True
+    if name == "npu":
+        return _npu_available()
+    if name == "cuda":
+        return _cuda_available()
+    return False
+
+
+def planning_accelerator(name: str) -> Accelerator:
+    """The accelerator a placement plan is made for, never checked against this machine.
+
+    Its static facts (Ray resource, backend) are all a plan needs, so a laptop can plan NPU
+    bundles for an Ascend cluster without importing torch_npu. Not for running anything.
+    """
+    if name not in ACCELERATOR_NAMES or name == "auto":
+        raise AcceleratorError(f"unknown accelerator {name!r}; choose one of npu, cuda, cpu")
+    return Accelerator(name)
+
+
 def get_accelerator(name: str = "auto") -> Accelerator:
     """The accelerator for `name` ("auto" detects: npu, then cuda, then cpu)."""
     if name not in ACCELERATOR_NAMES:

@@ -37,12 +37,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--tokenizer-model",
         help="tokenizer.json (or its folder); its tokenizer files go into the output",
     )
-    p.add_argument("--model-type-hf", choices=MODEL_TYPES_HF, help="HF architecture variant")
+    p.add_argument(
+        "--model-type-hf",
+        metavar="NAME",
+        help=f"HF architecture variant ({', '.join(MODEL_TYPES_HF)}); optional: the "
+        "checkpoint's config.json decides the family, a flag that disagrees gets a notice",
+    )
     p.add_argument(
         "--add-qkv-bias",
         action="store_true",
         default=None,
-        help="the model has q/k/v biases (Qwen2); checked against the checkpoint",
+        help="the model has q/k/v biases (Qwen2); optional, reconciled with the checkpoint",
     )
     p.add_argument(
         "--params-dtype", choices=DTYPES, help="dtype of the written tensors (default: as loaded)"
@@ -90,12 +95,34 @@ def _tokenizer_dir(args: argparse.Namespace) -> Path | None:
     return path if path.is_dir() else path.parent
 
 
+def _notice(message: str) -> None:
+    print(f"convert_ckpt: note: {' '.join(message.split())}", file=sys.stderr)
+
+
+def _check_flags_against_record(args: argparse.Namespace) -> None:
+    """A megatron checkpoint records its family: family flags that disagree get a notice
+    (they change nothing; the record decides, as config.json does for HF input)."""
+    from mindrl.checkpoint.mcore_io import read_checkpoint_info
+    from mindrl.config.model_arch import HF_FAMILIES
+
+    if args.model_type_hf is None and args.add_qkv_bias is None:
+        return
+    arch = read_checkpoint_info(args.load_dir).arch
+    says = f"the checkpoint records {arch.family}"
+    if args.model_type_hf is not None and HF_FAMILIES.get(args.model_type_hf) != arch.family:
+        _notice(f"--model-type-hf {args.model_type_hf}: {says}; converting as {arch.family}")
+    if args.add_qkv_bias and not arch.add_qkv_bias:
+        _notice(f"--add-qkv-bias: {says}; converting without q/k/v biases")
+
+
 def run(args: argparse.Namespace) -> str:
     """Do the conversion; returns the summary line."""
     from mindrl.checkpoint import offline
 
     _check_args(args)
     progress = not args.no_progress
+    if args.load_model_type == "mg":
+        _check_flags_against_record(args)
     if args.load_model_type == "hf":
         result = offline.convert_hf_to_mcore(
             args.load_dir,
@@ -107,6 +134,7 @@ def run(args: argparse.Namespace) -> str:
             add_qkv_bias=args.add_qkv_bias,
             tokenizer_dir=_tokenizer_dir(args),
             progress=progress,
+            notify=_notice,
         )
     elif args.save_model_type == "hf":
         result = offline.convert_mcore_to_hf(

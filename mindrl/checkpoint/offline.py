@@ -25,9 +25,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,8 @@ from mindrl.config.model_arch import ModelArchConfig
 from mindrl.models.dtypes import dtype_short_name, torch_dtype
 from mindrl.models.gpt import validate_parallel_layout
 from mindrl.models.hf_arch import arch_from_hf_config, hf_config_from_arch, read_hf_config
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -181,40 +184,45 @@ def check_hf_coverage(reader: HFCheckpointReader, arch: ModelArchConfig) -> None
         )
 
 
+def reconcile_hf_flags(
+    hf_dir: str | Path, *, model_type_hf: str | None = None, add_qkv_bias: bool | None = None
+) -> tuple[ModelArchConfig, tuple[str, ...]]:
+    """The HF checkpoint's arch, and one notice per converter flag it overrides.
+
+    The checkpoint's config.json decides the family (the weights are what they are): a
+    `--model-type-hf` of another family or an `--add-qkv-bias` that disagrees is overridden
+    with a notice, not an error; the tensor coverage check still verifies every weight.
+    MindSpeed-RL's spelling for Qwen2.5, `--model-type-hf llama2 --add-qkv-bias`, gets one.
+    """
+    from mindrl.config.model_arch import HF_FAMILIES
+    from mindrl.config.model_family import MODEL_TYPE_HF_ALIASES
+
+    arch = arch_from_hf_config(hf_dir)
+    notices = []
+    says = f"the checkpoint's config.json says {arch.family}"
+    if model_type_hf is not None:
+        family = HF_FAMILIES.get(model_type_hf)
+        if family is None and model_type_hf.lower() not in MODEL_TYPE_HF_ALIASES:
+            known = sorted({*HF_FAMILIES, *MODEL_TYPE_HF_ALIASES})
+            raise ConversionError(
+                f"--model-type-hf {model_type_hf} is not a model family ({', '.join(known)})"
+            )
+        if family == arch.family:
+            arch = dataclasses.replace(arch, model_type_hf=model_type_hf)
+        else:
+            notices.append(f"--model-type-hf {model_type_hf}: {says}; converting as {arch.family}")
+    if add_qkv_bias is not None and add_qkv_bias != arch.add_qkv_bias:
+        flag = "--add-qkv-bias" if add_qkv_bias else "add_qkv_bias=False"
+        kind = "with" if arch.add_qkv_bias else "without"
+        notices.append(f"{flag}: {says}; converting {kind} q/k/v biases")
+    return arch, tuple(notices)
+
+
 def hf_arch_with_flags(
     hf_dir: str | Path, *, model_type_hf: str | None = None, add_qkv_bias: bool | None = None
 ) -> ModelArchConfig:
-    """The HF checkpoint's arch, with the converter flags checked against it.
-
-    The HF config's model_type picks the mapping table. `--model-type-hf` names the variant
-    (llama2, qwen25, ...); MindSpeed-RL's documented spelling for Qwen2.5, `--model-type-hf
-    llama2 --add-qkv-bias`, is accepted for qwen2 checkpoints (Qwen2 is Llama plus QKV bias).
-    """
-    from mindrl.config.model_arch import HF_FAMILIES
-
-    arch = arch_from_hf_config(hf_dir)
-    if model_type_hf is not None:
-        family = HF_FAMILIES.get(model_type_hf)
-        if family == arch.family:
-            arch = dataclasses.replace(arch, model_type_hf=model_type_hf)
-        elif not (family == "llama" and arch.family == "qwen2" and add_qkv_bias):
-            raise ConversionError(
-                f"--model-type-hf {model_type_hf} does not fit this checkpoint: its config says "
-                f"model_type={arch.family!r}"
-                + (
-                    " (for Qwen2 use qwen2 / qwen25, or llama2 with --add-qkv-bias)"
-                    if arch.family == "qwen2"
-                    else ""
-                )
-            )
-    if add_qkv_bias is not None and add_qkv_bias != arch.add_qkv_bias:
-        if add_qkv_bias:
-            raise ConversionError(
-                f"--add-qkv-bias is set but a {arch.family} checkpoint has no q/k/v biases "
-                "(tensor model.layers.0.self_attn.q_proj.bias)"
-            )
-        arch = dataclasses.replace(arch, add_qkv_bias=False)
-    return arch
+    """The HF checkpoint's arch with the converter flags reconciled (notices dropped)."""
+    return reconcile_hf_flags(hf_dir, model_type_hf=model_type_hf, add_qkv_bias=add_qkv_bias)[0]
 
 
 def convert_hf_to_mcore(
@@ -228,17 +236,23 @@ def convert_hf_to_mcore(
     add_qkv_bias: bool | None = None,
     tokenizer_dir: str | Path | None = None,
     progress: bool = False,
+    notify: Callable[[str], None] | None = None,
 ) -> ConversionResult:
     """HF folder -> megatron checkpoint folder (SAVE_DIR/release + tracker), atomically.
 
     The HF folder's config, generation config and tokenizer files (and those of
-    `tokenizer_dir`, if given) are kept in release/hf_assets/ for the way back.
+    `tokenizer_dir`, if given) are kept in release/hf_assets/ for the way back. Flags the
+    checkpoint's config.json overrides are reported through `notify` (default: a warning log).
     """
     start = time.perf_counter()
     hf_dir, save_dir = Path(hf_dir), Path(save_dir)
     check_separate_dirs(hf_dir, save_dir)
     check_new_target(save_dir)
-    arch = hf_arch_with_flags(hf_dir, model_type_hf=model_type_hf, add_qkv_bias=add_qkv_bias)
+    arch, notices = reconcile_hf_flags(
+        hf_dir, model_type_hf=model_type_hf, add_qkv_bias=add_qkv_bias
+    )
+    for notice in notices:
+        (notify or logger.warning)(notice)
     try:
         validate_parallel_layout(arch, target_tensor_parallel_size, target_pipeline_parallel_size)
     except ValueError as exc:

@@ -32,12 +32,25 @@ def rank_state_path(iter_dir: str | Path, rank: int) -> Path:
 
 @dataclass
 class RankTrainState:
-    """What one rank restores on resume besides the model weights."""
+    """What one rank restores on resume besides the model weights; a part left out of the
+    save (`no_save_optim` / `no_save_rng`) is None."""
 
-    optimizer: dict[str, Any]
-    scheduler: dict[str, Any]
+    optimizer: dict[str, Any] | None
+    scheduler: dict[str, Any] | None
     skipped_updates: int
-    rng: RngState
+    rng: RngState | None
+    path: Path | None = None  # the file it was read from
+
+    def require(self, *, load_optim: bool, load_rng: bool) -> None:
+        """Refuse to resume a part the save left out, naming the flag that skips it."""
+        for part, flag, wanted, held in (
+            ("optimizer state", "no_load_optim", load_optim, self.optimizer),
+            ("RNG state", "no_load_rng", load_rng, self.rng),
+        ):
+            if wanted and held is None:
+                raise CheckpointReadError(
+                    self.path, f"saved without its {part} (no_save_*): set {flag} to resume"
+                )
 
 
 def save_rank_state(iter_dir: str | Path, rank: int, state: RankTrainState) -> Path:
@@ -51,7 +64,7 @@ def save_rank_state(iter_dir: str | Path, rank: int, state: RankTrainState) -> P
             "optimizer": state.optimizer,
             "scheduler": state.scheduler,
             "skipped_updates": int(state.skipped_updates),
-            "rng": state.rng.to_json(),
+            "rng": state.rng.to_json() if state.rng is not None else None,
         },
         path,
     )
@@ -95,7 +108,8 @@ def load_rank_state(iter_dir: str | Path, rank: int) -> RankTrainState:
             optimizer=data["optimizer"],
             scheduler=data["scheduler"],
             skipped_updates=int(data["skipped_updates"]),
-            rng=RngState.from_json(data["rng"]),
+            rng=RngState.from_json(data["rng"]) if data["rng"] is not None else None,
+            path=path,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointReadError(path, f"incomplete ({type(exc).__name__}: {exc})") from exc

@@ -6,13 +6,17 @@
         pgs = create_placement_groups(plan, timeout_s=...)
         ...
 
-- `runtime.ray_address` None: an embedded single-node cluster (`ray.init(num_cpus=...)`), stopped
-  on exit. Every Ray process of it listens on 127.0.0.1 only (see `LOOPBACK_ONLY_ENV`); the
+- `runtime.ray_address` None: join the cluster a plain `ray.init()` would join (see
+  `resolve_ray_target`: `RAY_ADDRESS`, else the `ray_current_cluster` file `ray start` writes),
+  as MindSpeed-RL users expect after `ray start --head`; when there is none, an embedded
+  single-node cluster (`ray.init(address="local", num_cpus=...)`), stopped on exit. Every Ray
+  process of it listens on 127.0.0.1 only (see `LOOPBACK_ONLY_ENV`); the
   dashboard is off unless asked for, and then binds `runtime.ray_dashboard_host` (127.0.0.1).
   A watchdog process (`python -m mindrl.cluster.launch watchdog`) ends the cluster's processes
   by PID if the driver is killed before it can stop them.
 - `runtime.ray_address` "auto" or host:port: connect to a cluster started with `ray start`; on exit
   the driver only disconnects (`ray.shutdown()` in a connected driver leaves the cluster up).
+  "local" (Ray's own spelling): always the embedded cluster, whatever is running.
 - Ray already initialised in this process by someone else: reuse it and touch nothing on exit.
 
 Workers get the driver's mindrl-relevant environment (see `worker_env_vars`) through the job's
@@ -21,6 +25,7 @@ Workers get the driver's mindrl-relevant environment (see `worker_env_vars`) thr
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -32,6 +37,12 @@ from typing import Any
 
 from mindrl.accelerator import Accelerator
 from mindrl.cluster.placement import ClusterResources
+from mindrl.cluster.ray_target import (
+    RayTarget,
+    check_reachable,
+    connect_error,
+    resolve_ray_target,
+)
 from mindrl.config.run import RuntimeConfig
 
 NAMESPACE = "mindrl"
@@ -82,11 +93,21 @@ def worker_env_vars(accelerator: Accelerator, environ: dict[str, str] | None = N
 
 def use_token_auth_for_address(address: str | None) -> None:
     """Ray 2.60 turns token auth on for `address="auto"` only: a `ray start` cluster reached
-    at an explicit HOST:PORT then rejects the driver. Use the local token when there is one."""
-    if not address or address == "auto" or "RAY_AUTH_MODE" in os.environ:
+    at an explicit HOST:PORT then rejects the driver. Use the local token when there is one.
+
+    Ray reads RAY_AUTH_MODE into its config when imported: call this before `import ray`, or
+    Ray's config is re-read here (what Ray itself does when it enables token auth)."""
+    if not address or address in ("auto", "local") or "RAY_AUTH_MODE" in os.environ:
         return
     if (Path.home() / ".ray" / "auth_token").is_file() or os.environ.get("RAY_AUTH_TOKEN"):
         os.environ["RAY_AUTH_MODE"] = "token"
+        if "ray" in sys.modules:
+            try:
+                from ray._raylet import Config
+
+                Config.initialize("")
+            except (ImportError, AttributeError):  # another Ray: the variable alone must do
+                pass
 
 
 def ray_init_kwargs(
@@ -98,9 +119,11 @@ def ray_init_kwargs(
         "log_to_driver": True,
         "runtime_env": {"env_vars": worker_env_vars(accelerator, environ)},
     }
-    if runtime.ray_address:
+    if runtime.ray_address and runtime.ray_address != "local":
         kwargs["address"] = runtime.ray_address
         return kwargs
+    if runtime.ray_address == "local":  # never Ray's own discovery (RAY_ADDRESS, current file)
+        kwargs["address"] = "local"
     kwargs["num_cpus"] = int(runtime.ray_num_cpus or os.cpu_count() or 1)
     kwargs["_node_ip_address"] = LOOPBACK  # kept only with LOOPBACK_ONLY_ENV (see above)
     kwargs["include_dashboard"] = bool(runtime.ray_dashboard)
@@ -181,6 +204,7 @@ class RayCluster:
     accelerator: Accelerator
     embedded: bool  # we started a fresh single-node cluster in this process
     owns_connection: bool  # we called ray.init, so we call ray.shutdown
+    target: RayTarget | None = None  # None: Ray was already initialised by someone else
     init_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
     watchdog: subprocess.Popen | None = field(default=None, repr=False)
     _closed: bool = field(default=False, repr=False)
@@ -237,28 +261,52 @@ class RayCluster:
 
 
 def start_or_connect(runtime: RuntimeConfig, accelerator: Accelerator) -> RayCluster:
-    """Start an embedded cluster (`ray_address` None) or connect to `ray_address`.
+    """Join the cluster `resolve_ray_target` names, or start an embedded one.
 
     If Ray is already initialised in this process (a test fixture, an outer launcher), that
     session is reused and left running on exit.
     """
-    embedded = not runtime.ray_address
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            return RayCluster(runtime, accelerator, embedded=False, owns_connection=False)
+    target = resolve_ray_target(runtime)
+    embedded = target.embedded
     if embedded and "ray" not in sys.modules:
         os.environ.update(LOOPBACK_ONLY_ENV)
+    if not embedded:
+        use_token_auth_for_address(target.address)  # before Ray reads its config
+        check_reachable(target)
     import ray
 
-    if ray.is_initialized():
-        return RayCluster(runtime, accelerator, embedded=False, owns_connection=False)
-    kwargs = ray_init_kwargs(runtime, accelerator)
-    use_token_auth_for_address(runtime.ray_address)
+    if target.note:
+        logger.warning("%s", target.note)
+    logger.info("ray: %s %s", target.verb, target.describe())
+    resolved = dataclasses.replace(runtime, ray_address=target.address or "local")
+    kwargs = ray_init_kwargs(resolved, accelerator)
     from mindrl import logs
 
     if logs.driver_logging_active():
         logs.route_ray_driver_logs()  # Ray's driver-side lines go to the run's log file
         kwargs["configure_logging"] = False
-    ray.init(**kwargs)
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, TimeoutError) as exc:
+        if embedded:
+            raise
+        raise connect_error(target, exc) from None
+    except RuntimeError as exc:  # e.g. the GCS refused our auth token
+        if embedded or not str(exc).startswith("Failed to connect"):
+            raise
+        raise connect_error(target, exc) from None
     cluster = RayCluster(
-        runtime, accelerator, embedded=embedded, owns_connection=True, init_kwargs=kwargs
+        resolved,
+        accelerator,
+        embedded=embedded,
+        owns_connection=True,
+        init_kwargs=kwargs,
+        target=target,
     )
     if embedded:
         node_ip = ray.util.get_node_ip_address()

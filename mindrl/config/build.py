@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from mindrl.config.errors import ConfigError
+from mindrl.config.fates import SECTION_FATES, section_fate
 from mindrl.config.fields import _Problems, build_dataclass, build_groups, suggest
 from mindrl.config.generate import GenerateConfig
+from mindrl.config.model_family import infer_family
 from mindrl.config.rl import RL_GROUPS, RLConfig
 from mindrl.config.role import ROLE_GROUPS, ROLE_NAMES, RoleConfig
 from mindrl.config.run import RunConfig, RuntimeConfig
@@ -73,7 +75,11 @@ def _pick_model(
 
 
 def _build_role(
-    raw: Mapping[str, Any], role: str, num_devices: int, problems: _Problems
+    raw: Mapping[str, Any],
+    role: str,
+    num_devices: int,
+    problems: _Problems,
+    notes: list[str] | None = None,
 ) -> RoleConfig | None:
     section = ROLE_NAMES[role]
     shared = _section(raw, "megatron_training", problems)
@@ -95,6 +101,15 @@ def _build_role(
             flat[str(key)] = value
             origin[str(key)] = src
     flat.setdefault("name", model_name)
+    decision = infer_family(flat, [flat.get("load"), flat.get("tokenizer_name_or_path")])
+    if decision.refusal:  # one line, not a list of the family's unknown keys
+        problems.add(f"model.{model_name}: {decision.refusal}")
+        return None
+    flat = decision.arch_section(flat)
+    for key in ("model_type_hf", "add_qkv_bias"):
+        origin.setdefault(key, f"model.{model_name}")
+    if notes is not None:
+        notes.append(f"{section}: {decision.describe()}")
     groups = build_groups(ROLE_GROUPS, flat, section, problems, origin)
     if any(v is None for v in groups.values()):
         return None
@@ -106,6 +121,11 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
     (all sections are checked in one pass, so a bad key in one does not hide the others)."""
     problems = _Problems()
     for key in raw:
+        if key in SECTION_FATES:  # MindSpeed-RL sections mindrl does not build
+            refusal = section_fate(str(key), raw[key])
+            if refusal:
+                problems.add(refusal)
+            continue
         if key not in TOP_LEVEL_KEYS:
             problems.add(f"{key}: unknown top-level section" + suggest(str(key), TOP_LEVEL_KEYS))
     if raw.get("actor_config") is None:
@@ -122,7 +142,8 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
     rl = RLConfig(**{k: v if v is not None else RL_GROUPS[k]() for k, v in rl_groups.items()})
     res = rl.resources
 
-    actor = _build_role(raw, "actor", res.actor_resource.num_npus, problems)
+    notes: list[str] = []
+    actor = _build_role(raw, "actor", res.actor_resource.num_npus, problems, notes)
     ref = reward = None
     if res.use_integrated_worker:
         _refuse_separate_roles(raw, res, problems)
@@ -130,7 +151,7 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
             ref = dataclasses.replace(actor, role="ref")  # MindSpeed-RL's integrated reference
     elif raw.get("ref_config") is not None:
         ref_devices = _role_devices("ref", res.reference_resource, res, problems)
-        ref = _build_role(raw, "ref", ref_devices, problems)
+        ref = _build_role(raw, "ref", ref_devices, problems, notes)
     elif res.reference_resource is not None:
         problems.add("rl_config.reference_resource: set, but there is no ref_config section")
     if res.reward_resource is not None and not res.use_integrated_worker:
@@ -148,6 +169,7 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
         rl=rl,
         generate=generate,
         runtime=runtime,
+        notes=tuple(dict.fromkeys(notes)),
     )
 
 

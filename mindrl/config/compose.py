@@ -61,12 +61,17 @@ def load_run_config(
     *,
     config_dir: str | Path | None = None,
     check_paths: bool = True,
+    local_paths: bool = True,
 ) -> tuple[RunConfig, dict[str, Any]]:
-    """Compose, type, validate. Returns the typed config and the resolved raw tree."""
+    """Compose, type, validate. Returns the typed config and the resolved raw tree.
+
+    `local_paths=False` (a dry run) skips only "exists on this machine" checks of inputs,
+    which the caller reports as warnings: required-but-unset paths and unwritable outputs
+    are still problems, reported with all the others in one pass."""
     raw = compose_raw(config_name, overrides, config_dir)
     name = config_name[:-5] if config_name.endswith(".yaml") else config_name
     run = build_run_config(raw, name)
-    validate(run, check_paths=check_paths)
+    validate(run, check_paths=check_paths, local_paths=local_paths)
     return run, raw
 
 

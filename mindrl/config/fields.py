@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field
 from typing import Any, TypeVar, Union
 
+from mindrl.config.fates import Fate, apply_fate
+
 T = TypeVar("T")
 
 
@@ -31,10 +33,14 @@ def spec(
     lt: float | None = None,
     choices: tuple[Any, ...] | None = None,
     aliases: tuple[str, ...] = (),
+    fate: Fate | None = None,
 ) -> Any:
-    """A dataclass field with the range/choice rules the builder checks."""
+    """A dataclass field with the range/choice rules the builder checks and its fate
+    (`mindrl.config.fates`: honoured unless declared handed / no_effect / refused)."""
     meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices}
     meta["aliases"] = aliases
+    if fate is not None:
+        meta["fate"] = fate
     if default is MISSING:
         return field(metadata=meta)
     return field(default=default, metadata=meta)
@@ -164,8 +170,14 @@ def _alias_map(cls: type) -> dict[str, str]:
 
 
 def _build_fields(
-    cls: type[T], values: Mapping[str, Any], path_of: Callable[[str], str], problems: _Problems
+    cls: type[T],
+    values: Mapping[str, Any],
+    path_of: Callable[[str], str],
+    problems: _Problems,
+    injected: typing.Container[str] = (),
 ) -> dict[str, Any]:
+    """Coerce and range-check each key, then apply its fate (keys in `injected` were set by
+    mindrl itself, not the YAML, and have none)."""
     hints = typing.get_type_hints(cls)
     aliases = _alias_map(cls)
     kwargs: dict[str, Any] = {}
@@ -179,6 +191,10 @@ def _build_fields(
         out = _coerce(value, hints[name], sub_path, problems)
         if len(problems.items) == before:
             _check_range(out, f.metadata, sub_path, problems)
+        if len(problems.items) == before and key not in injected:
+            refused = apply_fate(f, cls, out, sub_path)
+            if refused:
+                problems.add(refused)
         kwargs[name] = out
     for f in dataclasses.fields(cls):
         if (
@@ -195,11 +211,22 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+def _spelled(key: Any, valid: typing.Container[str]) -> str:
+    """MindSpeed-RL reads `min-lr` as `min_lr` (BaseConfig.update); so does mindrl."""
+    key = str(key)
+    if key in valid or "-" not in key:
+        return key
+    return key.replace("-", "_")
+
+
 def build_dataclass(cls: type[T], values: Mapping[str, Any], path: str, problems: _Problems) -> T:
     """Build one dataclass from a map; unknown keys are reported against `path`."""
     valid = field_names(cls)
     known = {}
-    for key, value in values.items():
+    for raw_key, value in values.items():
+        key = _spelled(raw_key, valid)
+        if key in known:
+            problems.add(f"{_join(path, str(raw_key))}: set twice (as '{key}' and '{raw_key}')")
         if key in valid:
             known[key] = value
         else:
@@ -227,17 +254,25 @@ def build_groups(
                 raise AssertionError(f"config key {name!r} is in both {owner[name]} and {group}")
             owner[name] = group
     per_group: dict[str, dict[str, Any]] = {g: {} for g in groups}
-    for key, value in values.items():
-        key_path = _join((origin or {}).get(str(key), path), str(key))
+    where: dict[str, str] = {}  # key -> the section its value came from
+    for raw_key, value in values.items():
+        key = _spelled(raw_key, owner)
+        section = (origin or {}).get(str(raw_key), path)
+        key_path = _join(section, str(raw_key))
         if key not in owner:
             problems.add(f"{key_path}: unknown key" + suggest(str(key), owner))
             continue
+        if key in per_group[owner[key]] and where.get(key) == section:
+            problems.add(f"{key_path}: set twice (as '{key}' and '{raw_key}')")
+        # a later section wins whatever the spelling (MindSpeed-RL applies them in order)
+        where[key] = section
         per_group[owner[key]][key] = value
-    origin = origin or {}
+    # keys the caller added itself (not in `origin`) are not the YAML's: no fate applies
+    injected = {k for k in values if origin is not None and str(k) not in origin}
     out = {}
     for group, cls in groups.items():
         kwargs = _build_fields(
-            cls, per_group[group], lambda k: _join(origin.get(k, path), k), problems
+            cls, per_group[group], lambda k: _join(where.get(k, path), k), problems, injected
         )
         out[group] = _construct(cls, kwargs, path, problems)
     return out

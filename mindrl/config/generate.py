@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mindrl.config.fates import VLLM_ASCEND, handed, no_effect, refused
 from mindrl.config.fields import spec
+
+MOE = refused("MoE / expert parallel: not built yet")
+MULTIMODAL = no_effect("multimodal rollout: not built yet")
 
 
 @dataclass(frozen=True)
@@ -14,8 +18,14 @@ class SamplingConfig:
     top_p: float = spec(1.0, gt=0.0, le=1.0)
     top_k: int = spec(-1, ge=-1, help="-1 disables")
     min_p: float = spec(0.0, ge=0.0, le=1.0)
-    logprobs: int = spec(1, ge=0)
-    detokenize: bool = False
+    logprobs: int = spec(
+        1,
+        ge=0,
+        fate=no_effect("mindrl keeps the sampled token's log-prob only (no top-k alternatives)"),
+    )
+    detokenize: bool = spec(
+        False, fate=no_effect("mindrl decodes completions itself (for the verifiers)")
+    )
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
@@ -24,11 +34,32 @@ class SamplingConfig:
 @dataclass(frozen=True)
 class GenerateConfig:
     rollout_backend: str = spec("auto", choices=("auto", "vllm", "hf"))
-    micro_batch_size: int = spec(1, ge=1)
+    micro_batch_size: int = spec(
+        1, ge=1, fate=no_effect("the rollout engine batches requests itself (max_num_seqs)")
+    )
     trust_remote_code: bool = False
+    tokenizer_name_or_path: str | None = spec(
+        None,
+        fate=no_effect("rollout uses the actor's tokenizer (actor_config.tokenizer_name_or_path)"),
+    )
+    data_parallel_size: int | None = spec(
+        None,
+        fate=no_effect("rollout DP is the actor's devices / infer_tensor_parallel_size"),
+    )
     infer_tensor_parallel_size: int = spec(1, ge=1)
-    infer_pipeline_parallel_size: int = spec(1, ge=1, le=1, help="vLLM rollout runs PP=1")
-    infer_expert_parallel_size: int = spec(1, ge=1)
+    infer_pipeline_parallel_size: int = spec(
+        1,
+        ge=1,
+        help="vLLM rollout runs PP=1",
+        fate=refused("pipeline-parallel rollout (infer_pipeline_parallel_size > 1): not built yet"),
+    )
+    infer_expert_parallel_size: int = spec(1, ge=1, fate=MOE)
+    enable_expert_parallel: bool = spec(False, fate=MOE)
+    expert_map_path: str | None = spec(None, fate=MOE)
+    eplb_token_collects: bool = spec(False, fate=MOE)
+    eplb_token_save_path: str = spec("./", fate=MOE)
+    limit_mm_image_per_prompt: int = spec(1, fate=MULTIMODAL)
+    limit_mm_video_per_prompt: int = spec(0, fate=MULTIMODAL)
     max_num_seqs: int = spec(256, ge=1)
     max_num_batched_tokens: int | None = spec(None, ge=1)
     max_model_len: int = spec(2048, ge=1)
@@ -36,8 +67,15 @@ class GenerateConfig:
     gpu_memory_utilization: float = spec(0.9, gt=0.0, le=1.0)
     enforce_eager: bool = True
     enable_prefix_caching: bool = False
-    num_scheduler_steps: int = spec(1, ge=1)
+    num_scheduler_steps: int = spec(
+        1,
+        ge=1,
+        fate=no_effect(
+            "vLLM multi-step scheduling is not passed to the engine (vLLM V1 dropped it)"
+        ),
+    )
     torchair_graph: bool = spec(False, help="vllm-ascend graph mode (NPU only)")
+    ascend_scheduler_config_enabled: bool = spec(True, fate=handed(VLLM_ASCEND))
     offload_train_optimizer: bool = False
     offload_train_grad: bool = False
     offload_train_param: bool = False

@@ -60,4 +60,5 @@ def meaning_lines(run: RunConfig) -> list[str]:
             else "ref_config"
         )
     lines.append(f"reference model: {ref}")
+    lines.extend(run.notes)
     return lines

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mindrl.config.fates import no_effect, refused
 from mindrl.config.fields import spec
 
 HF_FAMILIES = {
@@ -30,8 +31,17 @@ class ModelArchConfig:
         aliases=("padded_vocab_size",),
     )
     max_position_embeddings: int = spec(ge=1)
-    name: str = spec("", help="set from the model file's top-level key")
-    model_type_hf: str = spec("llama", choices=tuple(HF_FAMILIES), help="HF architecture family")
+    name: str = spec(
+        "",
+        help="set from the model file's top-level key",
+        fate=no_effect("a label: mindrl names the model by its model file's top-level key"),
+    )
+    model_type_hf: str = spec(
+        "llama",
+        choices=tuple(HF_FAMILIES),
+        help="HF architecture variant; MindSpeed-RL yamls have none: config-time inference "
+        "(mindrl.config.model_family.infer_family) sets it from config.json or the keys",
+    )
     group_query_attention: bool = False
     num_query_groups: int | None = spec(None, ge=1, help="kv heads when group_query_attention")
     kv_channels: int | None = spec(None, ge=1, help="head dim; default hidden / heads")
@@ -41,10 +51,21 @@ class ModelArchConfig:
     add_qkv_bias: bool = False
     disable_bias_linear: bool = True
     untie_embeddings_and_output_weights: bool = True
-    position_embedding_type: str = spec("rope", choices=("rope",))
-    normalization: str = spec("RMSNorm", choices=("RMSNorm",))
+    position_embedding_type: str = spec(
+        "rope",
+        fate=refused("only rotary position embeddings (rope) are built", allowed=("rope",)),
+    )
+    normalization: str = spec(
+        "RMSNorm", fate=refused("only RMSNorm is built (LayerNorm: not yet)", allowed=("RMSNorm",))
+    )
     swiglu: bool = True
-    use_mcore_models: bool = True
+    use_mcore_models: bool = spec(
+        True,
+        fate=refused(
+            "megatron's legacy (non-mcore) models: not built; mindrl builds megatron-core models",
+            allowed=(True,),
+        ),
+    )
     attention_dropout: float = spec(0.0, ge=0, lt=1)
     hidden_dropout: float = spec(0.0, ge=0, lt=1)
     init_method_std: float = spec(0.02, gt=0)

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from mindrl.algorithms.names import ADV_ESTIMATOR_NAMES, KL_CTRL_TYPES, KL_TYPES, LOSS_AGG_MODES
+from mindrl.config.fates import honoured, no_effect, refused
 from mindrl.config.fields import spec
+from mindrl.config.rl_features import (
+    DapoConfig,
+    MicroBatchingConfig,
+    MultimodalConfig,
+    RolloutModeConfig,
+    TransferConfig,
+)
 from mindrl.rewards.types import RewardParams  # cosine / repetition / soft_overlong knobs
 
 # A loaded verifier worker holds ~70 MB (~300 MB when the trainer's imports reach it).
@@ -35,6 +44,10 @@ class KLPlacement:
             return "KL: off"
         ctrl = "" if self.where == "loss" else " (kl_ctrl_type controls it)"
         return f"KL: {self.where}, coef {self.coef:g}, estimator {self.estimator}{ctrl}"
+
+
+GAE_ONLY = no_effect("only GAE reads it (PPO, adv_estimator gae: not built yet)")
+ROLE_DEVICES = honoured(via="RoleConfig.num_devices")
 
 
 @dataclass(frozen=True)
@@ -83,11 +96,37 @@ class AlgorithmConfig:
     use_kl_loss: bool = spec(False, help="verl's switch: KL loss with kl_loss_coef")
     kl_loss_coef: float = spec(0.001, ge=0.0, help="verl's KL-loss coefficient (use_kl_loss)")
     entropy_coeff: float = spec(0.0, ge=0.0)
-    gamma: float = spec(1.0, ge=0.0, le=1.0)
-    lam: float = spec(0.95, ge=0.0, le=1.0)
-    max_prompt_length: int = spec(512, ge=1)
-    dynamic_sampling: bool = spec(False, help="DAPO: drop groups whose rewards all tie")
-    max_resample_times: int = spec(3, ge=0)
+    gamma: float = spec(1.0, ge=0.0, le=1.0, fate=GAE_ONLY)
+    lam: float = spec(0.95, ge=0.0, le=1.0, fate=GAE_ONLY)
+    max_prompt_length: int = spec(
+        512,
+        ge=1,
+        fate=no_effect(
+            "prompts are not filtered by it (MindSpeed-RL drops longer ones): the prompt "
+            "store's seq_length bounds them; mindrl only checks it against max_model_len"
+        ),
+    )
+    dynamic_sampling: bool = spec(
+        False,
+        help="DAPO: drop groups whose rewards all tie",
+        fate=refused(
+            "DAPO dynamic sampling: not built yet (group resampling is in mindrl.algorithms but "
+            "not wired into the trainer)"
+        ),
+    )
+    max_resample_times: int = spec(
+        3, ge=0, fate=no_effect("only dynamic_sampling reads it (not built yet)")
+    )
+    cliprange_value: float = spec(
+        0.5, fate=no_effect("only the PPO critic's value loss reads it (not built yet)")
+    )
+    advantage_whiten: bool = spec(
+        True, fate=no_effect("not read by MindSpeed-RL's trainers either")
+    )
+    beta: float = spec(
+        0.1, fate=no_effect("not read by MindSpeed-RL's GRPO / DAPO / PPO losses either")
+    )
+    num_samples_per_step: int = spec(1, fate=no_effect("not read by MindSpeed-RL either"))
     overlong_filter: bool = spec(False, help="mask responses truncated at max_tokens")
     use_tis: bool = spec(False, help="truncated importance sampling rollout -> train")
     tis_cap: float = spec(2.0, gt=0.0)
@@ -151,10 +190,29 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
+class IntegratedModeConfig:
+    """MindSpeed-RL's integrated_mode_config (its reference-weights path)."""
+
+    ref_model_load_path: str | None = None
+
+
+@dataclass(frozen=True)
 class ResourceConfig:
-    actor_resource: ResourceSpec = ResourceSpec()
-    reference_resource: ResourceSpec | None = None
-    reward_resource: ResourceSpec | None = None
+    actor_resource: ResourceSpec = spec(ResourceSpec(), fate=ROLE_DEVICES)
+    reference_resource: ResourceSpec | None = spec(None, fate=ROLE_DEVICES)
+    reward_resource: ResourceSpec | None = spec(None, fate=ROLE_DEVICES)
+    critic_resource: ResourceSpec | None = spec(None, fate=refused("PPO critic: not built yet"))
+    vit_resource: ResourceSpec | None = spec(
+        None, fate=refused("multimodal (a ViT worker): not built yet")
+    )
+    integrated_mode_config: IntegratedModeConfig | None = spec(
+        None,
+        fate=refused(
+            "a separate reference checkpoint in integrated mode: not built yet (the reference "
+            "loads actor_config.load)"
+        ),
+    )
+    share_backbone: bool = spec(False, fate=refused("LoRA: not built yet"))
     colocate_actor_ref: bool = False
     colocate_all_models: bool = False
     use_integrated_worker: bool = spec(
@@ -167,19 +225,46 @@ class ResourceConfig:
         help="mindrl: give rollout its own devices (a separate engine group fed through the "
         "object store); unset: a rollout engine on every actor rank (the hybrid engine)",
     )
-    num_cpus_for_local_task: float = spec(1.0, gt=0.0)
+    num_cpus_for_local_task: float = spec(
+        1.0,
+        gt=0.0,
+        fate=no_effect(
+            "mindrl starts no Ray tasks for advantages or rule rewards: the driver computes "
+            "advantages, verifier_parallel processes score rewards"
+        ),
+    )
     num_cpus_for_placement_group: int = spec(1, ge=1, help="CPUs per device bundle")
-    blocking: bool = True
-    guarantee_order: bool = False
+    blocking: bool = spec(
+        True,
+        fate=no_effect(
+            "mindrl runs a step's phases one after another (no TransferDock overlap); the "
+            "results do not depend on it"
+        ),
+    )
+    guarantee_order: bool = spec(
+        False, fate=no_effect("mindrl always hands samples to each phase in batch order")
+    )
 
 
 @dataclass(frozen=True)
 class LoggingConfig:
     use_tensorboard: bool = False
-    use_wandb: bool = False
-    wandb_project: str = ""
-    wandb_exp_name: str = ""
-    wandb_save_dir: str = ""
+    use_wandb: bool = spec(
+        False, help="log every step to a wandb run (offline unless WANDB_MODE is set)"
+    )
+    wandb_project: str = spec("", help="wandb project; empty: mindrl")
+    wandb_exp_name: str = spec("", help="wandb run name; empty: the output folder's name")
+    wandb_save_dir: str = spec("", help="folder of the wandb run folder; empty: output_dir")
+    use_swanlab: bool = spec(False, help="log every step to a SwanLab run (needs swanlab)")
+    swanlab_mode: str = spec(
+        "", help="offline / local / cloud / online / disabled; empty: SWANLAB_MODE or offline"
+    )
+    swanlab_project: str = spec("", help="SwanLab project; empty: mindrl")
+    swanlab_exp_name: str = spec("", help="SwanLab run name; empty: the output folder's name")
+    swanlab_save_dir: str = spec("", help="folder of the SwanLab run; empty: output_dir")
+    log_max_throughput: bool = spec(
+        True, fate=no_effect("mindrl logs its own per-phase step timings")
+    )
     log_completions: int = spec(0, ge=0, help="completions written per step to completions.jsonl")
 
 
@@ -198,14 +283,26 @@ RL_GROUPS: dict[str, type] = {
     "resources": ResourceConfig,
     "logging": LoggingConfig,
     "loop": LoopConfig,
+    "dapo": DapoConfig,
+    "rollout_mode": RolloutModeConfig,
+    "micro_batching": MicroBatchingConfig,
+    "multimodal": MultimodalConfig,
+    "transfer": TransferConfig,
 }
 
 
 @dataclass(frozen=True)
 class RLConfig:
+    FLAT_GROUPS: ClassVar[bool] = True  # the groups' keys sit directly in rl_config
+
     algorithm: AlgorithmConfig
     reward: RewardConfig
     reward_params: RewardParams
     resources: ResourceConfig
     logging: LoggingConfig
     loop: LoopConfig
+    dapo: DapoConfig
+    rollout_mode: RolloutModeConfig
+    micro_batching: MicroBatchingConfig
+    multimodal: MultimodalConfig
+    transfer: TransferConfig

@@ -7,24 +7,67 @@ exactly one group (checked when groups are built).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
+from mindrl.config.fates import MINDSPEED, handed, no_effect, refused
 from mindrl.config.fields import spec
+from mindrl.config.megatron_features import (
+    LayerVariantConfig,
+    LoRAConfig,
+    MLAConfig,
+    MoEConfig,
+    RopeScalingConfig,
+)
+from mindrl.config.megatron_runtime import MegatronLoopConfig, MemoryConfig
 from mindrl.config.model_arch import ModelArchConfig
+
+CONTEXT_PARALLEL = "context parallel is not built yet"
+UNFUSED = no_effect(
+    "mindrl builds the unfused megatron-core path (identical numerics on every device)"
+)
 
 
 @dataclass(frozen=True)
 class ParallelConfig:
     tensor_model_parallel_size: int = spec(1, ge=1)
     pipeline_model_parallel_size: int = spec(1, ge=1)
-    sequence_parallel: bool = False
+    sequence_parallel: bool = spec(
+        False,
+        fate=no_effect(
+            "sequence parallelism is not built yet: activations are replicated across TP ranks "
+            "(same results, more memory)"
+        ),
+    )
     use_distributed_optimizer: bool = spec(
         False,
         help="megatron's ZeRO-1 optimizer: accepted, not used yet (the replicated optimizer runs; logged)",
+        fate=no_effect(
+            "the distributed (ZeRO-1) optimizer is not built yet: every DP rank holds the whole "
+            "optimizer state (same results, more memory)"
+        ),
     )
     distributed_backend: str = spec(
         "auto",
         choices=("auto", "nccl", "hccl", "gloo"),
         help="informational: the accelerator picks hccl / nccl / gloo",
+        fate=no_effect("the accelerator picks the backend: hccl on NPU, nccl on GPU, gloo on CPU"),
+    )
+    context_parallel_size: int = spec(1, ge=1, fate=refused(CONTEXT_PARALLEL))
+    context_parallel_algo: str = spec(
+        "ulysses_cp_algo",
+        fate=no_effect(f"only read with context_parallel_size > 1 ({CONTEXT_PARALLEL})"),
+    )
+    use_cp_send_recv_overlap: bool = spec(False, fate=no_effect(CONTEXT_PARALLEL))
+    use_fused_ring_attention_update: bool = spec(False, fate=no_effect(CONTEXT_PARALLEL))
+    num_layers_per_virtual_pipeline_stage: int | None = spec(
+        None, fate=refused("virtual pipeline parallel: not built yet")
+    )
+    num_layer_list: str | int | None = spec(
+        None, fate=refused("uneven pipeline stages (num_layer_list): not built yet")
+    )
+    noop_layers: str | int | None = spec(None, fate=refused("noop layers: not built yet"))
+    use_tp_pp_dp_mapping: bool = spec(
+        False, fate=no_effect("ranks are ordered as megatron-core's parallel_state does by default")
     )
 
 
@@ -32,8 +75,30 @@ class ParallelConfig:
 class BatchConfig:
     micro_batch_size: int = spec(1, ge=1, help="sequences per forward/backward on one DP rank")
     global_batch_size: int = spec(1, ge=1, help="prompts per RL step (MindSpeed-RL semantics)")
-    seq_length: int = spec(1024, ge=1)
-    variable_seq_lengths: bool = True
+    seq_length: int = spec(
+        1024,
+        ge=1,
+        fate=no_effect(
+            "prompt lengths were bounded when the prompt store was made (cli/preprocess_data.py, "
+            "the dataset YAML's seq_length); rollout lengths by generate_config"
+        ),
+    )
+    variable_seq_lengths: bool = spec(
+        True, fate=no_effect("every micro-batch is padded to its own longest sample")
+    )
+    no_pad_to_seq_lengths: bool = spec(
+        False, fate=no_effect("micro-batches are padded to their longest sample, not seq_length")
+    )
+    pad_to_multiple_of: int = spec(
+        8,
+        fate=no_effect("MindSpeed-RL overwrites it with TP x CP; mindrl pads micro-batches itself"),
+    )
+    reset_position_ids: bool = spec(
+        False, fate=no_effect("only sequence packing (use_remove_padding: not built yet) reads it")
+    )
+    reset_attention_mask: bool = spec(
+        False, fate=no_effect("only sequence packing (use_remove_padding: not built yet) reads it")
+    )
 
 
 @dataclass(frozen=True)
@@ -50,6 +115,9 @@ class OptimizerConfig:
     adam_eps: float = spec(1e-8, gt=0.0)
     initial_loss_scale: float = spec(4096.0, gt=0.0, help="fp16 only")
     train_iters: int = spec(1000, ge=1, help="RL steps (each step: one global batch)")
+    optimizer: str = spec(
+        "adam", fate=refused("only the Adam optimizer is built", allowed=("adam",))
+    )
 
 
 @dataclass(frozen=True)
@@ -78,9 +146,20 @@ class CheckpointConfig:
         help="a damaged latest checkpoint: stop naming the file (none), or resume from the "
         "newest older complete one (previous)",
     )
-    no_save_optim: bool = False
-    no_save_rng: bool = False
-    no_shared_storage: bool = False
+    no_save_optim: bool = spec(
+        False, help="checkpoints leave out the optimizer and LR-schedule state (weights only)"
+    )
+    no_save_rng: bool = spec(False, help="checkpoints leave out the RNG state")
+    no_shared_storage: bool = spec(
+        False,
+        fate=no_effect(
+            "mindrl writes each checkpoint from the ranks that hold it; a multi-node run needs "
+            "the save folder on storage every node sees"
+        ),
+    )
+    load_checkpoint_loosely: bool = spec(
+        False, fate=no_effect("checkpoints are always loaded strictly (every tensor must match)")
+    )
     keep_last_n_checkpoints: int = spec(0, ge=0, help="0 keeps all")
 
 
@@ -88,31 +167,104 @@ class CheckpointConfig:
 class DataConfig:
     data_path: str | None = None
     tokenizer_name_or_path: str | None = None
-    tokenizer_type: str = spec("PretrainedFromHF", choices=("PretrainedFromHF",))
-    tokenizer_not_use_fast: bool = False
-    split: str = "100,0,0"
-    dataset_additional_keys: tuple[str, ...] = ()
+    tokenizer_type: str = spec(
+        "PretrainedFromHF",
+        fate=refused(
+            "only Hugging Face tokenizers (PretrainedFromHF) are built",
+            allowed=("PretrainedFromHF",),
+        ),
+    )
+    tokenizer_not_use_fast: bool = spec(False, help="load the slow (python) tokenizer class")
+    tokenizer_padding_side: str = spec(
+        "right", fate=no_effect("mindrl lays out and pads its batches itself (right-padded)")
+    )
+    vocab_extra_ids: int = spec(
+        0, fate=no_effect("mindrl uses the Hugging Face tokenizer's vocabulary as it is")
+    )
+    split: str = spec(
+        "100,0,0",
+        fate=refused(
+            "a train / valid / test split of the prompt store: not built yet (mindrl trains on "
+            "the whole store; validation data is rl_config.val_data_path)",
+            allowed=("100,0,0",),
+        ),
+    )
+    dataset_additional_keys: tuple[str, ...] = spec(
+        ("labels",),
+        fate=no_effect(
+            "the columns a prompt store carries were chosen when it was made (the dataset "
+            "YAML's dataset_additional_keys); labels are always kept"
+        ),
+    )
     no_shuffle: bool = False
-    full_shuffle_instruction_dataset: bool = False
+    full_shuffle_instruction_dataset: bool = spec(
+        False, fate=no_effect("the prompt sampler shuffles every epoch unless no_shuffle")
+    )
+    is_instruction_dataset: bool = spec(
+        False, fate=no_effect("the prompt store's layout is fixed by cli/preprocess_data.py")
+    )
+    is_pairwise_dataset: bool = spec(
+        False,
+        fate=refused(
+            "pairwise (chosen / rejected) datasets for DPO / reward models: not built yet"
+        ),
+    )
+    dataloader_type: str | None = spec(
+        None, fate=no_effect("mindrl's resumable prompt sampler feeds the steps")
+    )
+    num_workers: int = spec(2, fate=no_effect("prompts are read from an in-memory store"))
+    prompt_type: str | None = spec(
+        None,
+        fate=no_effect(
+            "the chat template is applied when the prompt store is made (prompt_type in the "
+            "dataset YAML)"
+        ),
+    )
+    prompt_type_path: str | None = spec(
+        None, fate=no_effect("the chat templates are read when the prompt store is made")
+    )
     seed: int = spec(1234, ge=0)
-    stage: str = spec("ray_grpo", choices=("ray_grpo",))
+    stage: str = spec(
+        "ray_grpo",
+        fate=refused(
+            "mindrl trains GRPO only (stage: ray_grpo)",
+            allowed=("ray_grpo",),
+            reasons={
+                "ray_dapo": "the DAPO trainer (stage ray_dapo): not built yet; mindrl's GRPO has "
+                "DAPO's clip_ratio_high, loss_agg_mode and the soft_overlong verifier",
+                "ray_ppo": "PPO (stage ray_ppo: critic, GAE): not built yet",
+                "dpo": "offline DPO (stage dpo): not built yet",
+                "ray_online_dpo": "online DPO (stage ray_online_dpo): not built yet",
+            },
+        ),
+    )
 
 
 @dataclass(frozen=True)
 class KernelConfig:
     """Fused-kernel switches users bring from MindSpeed/megatron YAMLs.
 
-    Honoured where the backend has the kernel (TE / MindSpeed on GPU / NPU); on CPU they are
-    accepted and have no effect.
+    MindSpeed's NPU kernels are handed to its megatron adaptor on NPU (no effect elsewhere);
+    megatron's own fusions are off on every device (mindrl builds the unfused path), so their
+    switches have no effect.
     """
 
-    use_fused_rmsnorm: bool = False
-    use_flash_attn: bool = False
-    no_masked_softmax_fusion: bool = False
-    attention_softmax_in_fp32: bool = True
-    no_gradient_accumulation_fusion: bool = True
-    use_fused_swiglu: bool = False
-    use_fused_rotary_pos_emb: bool = False
+    use_fused_rmsnorm: bool = spec(False, fate=handed(MINDSPEED))
+    use_flash_attn: bool = spec(False, fate=handed(MINDSPEED))
+    use_fused_swiglu: bool = spec(False, fate=handed(MINDSPEED))
+    use_fused_rotary_pos_emb: bool = spec(False, fate=handed(MINDSPEED))
+    shape_order: str = spec("SBH", fate=handed(MINDSPEED))
+    use_ascend_coc: bool = spec(False, fate=handed(MINDSPEED))
+    coc_mode: int = spec(-1, fate=handed(MINDSPEED))
+    coc_parallel_num: int = spec(1, fate=handed(MINDSPEED))
+    coc_fused_kernel: bool = spec(False, fate=handed(MINDSPEED))
+    gemm_gradient_accumulation_fusion: bool = spec(False, fate=handed(MINDSPEED))
+    no_masked_softmax_fusion: bool = spec(True, fate=UNFUSED)
+    attention_softmax_in_fp32: bool = spec(
+        True, fate=no_effect("mindrl always computes the attention softmax in fp32")
+    )
+    no_gradient_accumulation_fusion: bool = spec(True, fate=UNFUSED)
+    no_bias_dropout_fusion: bool = spec(True, fate=UNFUSED)
 
 
 ROLE_GROUPS: dict[str, type] = {
@@ -124,6 +276,13 @@ ROLE_GROUPS: dict[str, type] = {
     "ckpt": CheckpointConfig,
     "data": DataConfig,
     "kernels": KernelConfig,
+    "memory": MemoryConfig,
+    "megatron_loop": MegatronLoopConfig,
+    "moe": MoEConfig,
+    "mla": MLAConfig,
+    "rope_scaling": RopeScalingConfig,
+    "lora": LoRAConfig,
+    "layer_variant": LayerVariantConfig,
 }
 
 ROLE_NAMES = {"actor": "actor_config", "ref": "ref_config", "reward": "reward_config"}
@@ -132,6 +291,8 @@ ROLE_NAMES = {"actor": "actor_config", "ref": "ref_config", "reward": "reward_co
 @dataclass(frozen=True)
 class RoleConfig:
     """Everything one role (actor, ref, reward) needs to build and run its model."""
+
+    FLAT_GROUPS: ClassVar[bool] = True  # the groups' keys sit directly in the role's section
 
     role: str
     model: ModelArchConfig
@@ -142,6 +303,13 @@ class RoleConfig:
     ckpt: CheckpointConfig
     data: DataConfig
     kernels: KernelConfig
+    memory: MemoryConfig
+    megatron_loop: MegatronLoopConfig
+    moe: MoEConfig
+    mla: MLAConfig
+    rope_scaling: RopeScalingConfig
+    lora: LoRAConfig
+    layer_variant: LayerVariantConfig
     num_devices: int
 
     @property

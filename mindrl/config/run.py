@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from mindrl.config.fields import spec
 from mindrl.config.generate import GenerateConfig
@@ -17,7 +18,10 @@ class RuntimeConfig:
     accelerator: str = spec("auto", choices=("auto", "npu", "cuda", "cpu"))
     output_dir: str | None = spec(None, help="metrics, logs, resolved config; default outputs/NAME")
     ray_address: str | None = spec(
-        None, help="None: start an embedded Ray cluster; 'auto' or host:port: connect to one"
+        None,
+        help="None: join the cluster a plain ray.init() would (RAY_ADDRESS, else the "
+        "ray_current_cluster file `ray start` writes), else start an embedded one; 'local': "
+        "always embedded; 'auto' or host:port: connect",
     )
     ray_num_cpus: int | None = spec(None, ge=1, help="CPUs of the embedded cluster")
     ray_dashboard: bool = False
@@ -46,6 +50,16 @@ class RuntimeConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
+    # the YAML section of each part (mindrl.config.fates.walk names keys by it)
+    KEY_SECTIONS: ClassVar[dict[str, str]] = {
+        "actor": "actor_config",
+        "ref": "ref_config",
+        "reward": "reward_config",
+        "rl": "rl_config",
+        "generate": "generate_config",
+        "runtime": "runtime",
+    }
+
     config_name: str
     actor: RoleConfig
     ref: RoleConfig | None
@@ -53,6 +67,7 @@ class RunConfig:
     rl: RLConfig
     generate: GenerateConfig
     runtime: RuntimeConfig
+    notes: tuple[str, ...] = ()  # what the builder decided (model family), said at start
 
     @property
     def roles(self) -> list[RoleConfig]:

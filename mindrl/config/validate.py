@@ -163,13 +163,6 @@ def _algorithm_problems(run: RunConfig) -> list[str]:
             f"rl_config.clip_ratio_high: {alg.clip_ratio_high} is below clip_ratio "
             f"({alg.clip_ratio})"
         )
-    if alg.dynamic_sampling:
-        out.append(
-            "rl_config.dynamic_sampling: DAPO group resampling is in mindrl.algorithms but not "
-            "wired into the trainer yet; set it to false"
-        )
-    if run.rl.logging.use_wandb:
-        out.append("rl_config.use_wandb: wandb is not supported; use use_tensorboard")
     out.extend(_kl_problems(run))
     if alg.max_prompt_length + gen.sampling_config.max_tokens > gen.max_model_len:
         out.append(
@@ -256,28 +249,57 @@ def _reward_problems(run: RunConfig) -> list[str]:
     return out
 
 
-def _path_problems(run: RunConfig) -> list[str]:
+def _path_problems(run: RunConfig, *, required: bool = True, local: bool = True) -> list[str]:
+    """`required`: input paths the config must name (a config error wherever it is checked).
+    `local`: named input paths missing on this machine (an error for a run that starts here;
+    a dry run only warns: they may exist on the cluster the config is meant for)."""
     out = []
+    derived_ref = run.rl.resources.use_integrated_worker  # its paths are the actor's
     for role in run.roles:
+        if role.role == "ref" and derived_ref:
+            continue
         sec = ROLE_NAMES[role.role]
         tok = role.data.tokenizer_name_or_path
         if tok is None:
-            out.append(f"{sec}.tokenizer_name_or_path: required (an HF model or tokenizer folder)")
-        elif not Path(tok).exists():
+            if required:
+                out.append(
+                    f"{sec}.tokenizer_name_or_path: required (an HF model or tokenizer folder)"
+                )
+        elif local and not Path(tok).exists():
             out.append(f"{sec}.tokenizer_name_or_path: path does not exist: {tok}")
         load = role.ckpt.load
         if load is None and role.role != "actor":
-            out.append(f"{sec}.load: required for the {role.role} model (megatron or HF folder)")
-        elif load is not None and not Path(load).exists():
+            if required:
+                out.append(
+                    f"{sec}.load: required for the {role.role} model (megatron or HF folder)"
+                )
+        elif local and load is not None and not Path(load).exists():
             out.append(f"{sec}.load: path does not exist: {load}")
     data = run.actor.data.data_path
     if data is None:
-        out.append("megatron_training.data_path: required (output of cli/preprocess_data.py)")
-    elif not (Path(data).exists() or any(Path(data).parent.glob(Path(data).name + "*"))):
+        if required:
+            out.append("megatron_training.data_path: required (output of cli/preprocess_data.py)")
+    elif local and not (Path(data).exists() or any(Path(data).parent.glob(Path(data).name + "*"))):
         out.append(f"megatron_training.data_path: no dataset at {data}")
-    if run.rl.loop.val_data_path and not Path(run.rl.loop.val_data_path).exists():
+    if local and run.rl.loop.val_data_path and not Path(run.rl.loop.val_data_path).exists():
         out.append(f"rl_config.val_data_path: path does not exist: {run.rl.loop.val_data_path}")
     return out
+
+
+def required_path_problems(run: RunConfig) -> list[str]:
+    """Input paths the config leaves unset but must name: errors, in a dry run too."""
+    return _path_problems(run, local=False)
+
+
+def missing_path_problems(run: RunConfig) -> list[str]:
+    """Named input paths (tokenizer, load, data) missing on this machine: errors for a real
+    run, warnings for a dry run (which may be planning for another cluster)."""
+    return _path_problems(run, required=False)
+
+
+def output_path_problems(run: RunConfig) -> list[str]:
+    """Output folders this machine certainly cannot create (see `_output_problems`)."""
+    return _output_problems(run)
 
 
 def _output_problems(run: RunConfig) -> list[str]:
@@ -295,8 +317,13 @@ def _output_problems(run: RunConfig) -> list[str]:
     return out
 
 
-def cross_field_problems(run: RunConfig, *, check_paths: bool = True) -> list[str]:
-    """Every cross-field problem of `run` (empty when the config is consistent)."""
+def cross_field_problems(
+    run: RunConfig, *, check_paths: bool = True, local_paths: bool = True
+) -> list[str]:
+    """Every cross-field problem of `run` (empty when the config is consistent).
+
+    `local_paths=False` (a dry run): named input paths missing here are left out (report them
+    with `missing_path_problems` as warnings); unset ones and unwritable outputs stay in."""
     out: list[str] = []
     res = run.rl.resources
     keys = {"actor": "actor_resource", "ref": "reference_resource", "reward": "reward_resource"}
@@ -309,14 +336,14 @@ def cross_field_problems(run: RunConfig, *, check_paths: bool = True) -> list[st
     out.extend(_algorithm_problems(run))
     out.extend(_reward_problems(run))
     if check_paths:
-        out.extend(_path_problems(run))
+        out.extend(_path_problems(run, local=local_paths))
         out.extend(_output_problems(run))
     return out
 
 
-def validate(run: RunConfig, *, check_paths: bool = True) -> RunConfig:
+def validate(run: RunConfig, *, check_paths: bool = True, local_paths: bool = True) -> RunConfig:
     """Raise ConfigError naming every cross-field problem; return `run` when consistent."""
-    problems = cross_field_problems(run, check_paths=check_paths)
+    problems = cross_field_problems(run, check_paths=check_paths, local_paths=local_paths)
     if problems:
         raise ConfigError(problems)
     return run

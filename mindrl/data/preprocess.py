@@ -18,12 +18,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mindrl.config.errors import ConfigError
 from mindrl.config.writable import unwritable_reason
 from mindrl.data.config import PreprocessConfig
 from mindrl.data.handlers import BadRow, PromptExample, build_handler
 from mindrl.data.readers import DataFileError, InvalidRow, describe_input
 from mindrl.data.store import StoreWriter, is_store
-from mindrl.data.templates import PromptTemplate, get_template, render_prompt
+from mindrl.data.templates import (
+    PromptTemplate,
+    TemplateError,
+    check_tokenizer,
+    get_template,
+    render_prompt,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -111,10 +118,10 @@ def load_tokenizer(config: PreprocessConfig) -> Any:
 
 
 def encode_prompt(
-    tokenizer: Any, template: PromptTemplate, example: PromptExample
+    tokenizer: Any, template: PromptTemplate, example: PromptExample, enable_thinking: bool = False
 ) -> tuple[str, list[int]]:
     """(prompt text, token ids). Special tokens come from the template text only."""
-    text = render_prompt(template, example.question, example.system, tokenizer)
+    text = render_prompt(template, example.question, example.system, tokenizer, enable_thinking)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return text, [int(i) for i in ids]
 
@@ -127,10 +134,12 @@ _WORKER: dict[str, Any] = {}
 def _worker_init(config: PreprocessConfig) -> None:
     _WORKER["tokenizer"] = load_tokenizer(config)
     _WORKER["template"] = get_template(config.prompt_type, config.prompt_type_path)
+    _WORKER["enable_thinking"] = config.enable_thinking
 
 
 def _worker_encode(examples: list[PromptExample]) -> list[tuple[str, list[int]]]:
-    return [encode_prompt(_WORKER["tokenizer"], _WORKER["template"], ex) for ex in examples]
+    tokenizer, template = _WORKER["tokenizer"], _WORKER["template"]
+    return [encode_prompt(tokenizer, template, ex, _WORKER["enable_thinking"]) for ex in examples]
 
 
 def _encode_chunks(
@@ -143,7 +152,11 @@ def _encode_chunks(
     if config.workers == 1:
         for chunk in chunks:
             for row, example in chunk:
-                yield (row, example, *encode_prompt(tokenizer, template, example))
+                yield (
+                    row,
+                    example,
+                    *encode_prompt(tokenizer, template, example, config.enable_thinking),
+                )
         return
     import multiprocessing
 
@@ -249,8 +262,12 @@ def run_preprocess(
     log = log or logger.info
     t0 = time.perf_counter()
     check_output_prefix(config.output_prefix)
-    template = get_template(config.prompt_type, config.prompt_type_path)
     tokenizer = load_tokenizer(config)
+    try:  # a template the tokenizer cannot encode fails here, before any row is read
+        template = get_template(config.prompt_type, config.prompt_type_path)
+        check_tokenizer(template, tokenizer)
+    except TemplateError as exc:
+        raise ConfigError(f"{exc} (tokenizer: {config.tokenizer_name_or_path})") from None
     handler = build_handler(config)
     source = describe_input(config.input) if config.input else config.handler_name
     log(

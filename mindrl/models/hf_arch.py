@@ -16,6 +16,7 @@ from typing import Any
 
 from mindrl.checkpoint.errors import ConversionError
 from mindrl.config.model_arch import HF_FAMILIES, ModelArchConfig
+from mindrl.config.model_family import NOT_BUILT, classify_hf_config, hf_config_refusal
 
 # HF `model_type` -> mindrl mapping family, and the HF class that family saves as.
 HF_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2"}
@@ -40,6 +41,14 @@ def read_hf_config(src: str | Path | Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConversionError(f"HF config {path} is not a JSON object")
     return data
+
+
+def _config_source(src: object) -> str:
+    """How a refusal names the config: its file when it came from disk."""
+    if isinstance(src, (str, Path)):
+        path = Path(src)
+        return str(path / "config.json" if path.is_dir() else path)
+    return "HF config"
 
 
 def _rope_theta(cfg: Mapping[str, Any]) -> float:
@@ -80,6 +89,10 @@ def arch_from_hf_config(
     cfg = read_hf_config(src)
     hf_type = cfg.get("model_type")
     if hf_type not in HF_MODEL_TYPES:
+        family, reason = classify_hf_config(cfg)
+        if family in NOT_BUILT or reason.startswith("multimodal"):
+            # a family mindrl knows it does not build: refused by name, as at config time
+            raise ConversionError(hf_config_refusal(cfg, _config_source(src)))
         raise ConversionError(
             f"unknown architecture: HF model_type={hf_type!r} "
             f"(architectures={cfg.get('architectures')}); the mapping tables know "

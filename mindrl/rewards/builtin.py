@@ -1,46 +1,31 @@
-"""Built-in rule verifiers, registered under MindSpeed-RL's and ms-swift's names.
+"""Built-in rule verifiers: MindSpeed-RL's (registered by `mindspeed_verifiers`) and mindrl's.
 
 Each follows the contract in `mindrl.rewards.types`: `(response, label, meta) -> float`.
+MindSpeed-RL's names (`acc`, `base_acc`, `format`, `strict_format`, `step`, `math_17k_acc`,
+`acc_for_ppo`, `acc_for_dapo`, `math_verify_reward`) score exactly as there; see
+`mindspeed_verifiers`. Registered here:
 
-| name            | value                                   | origin                          |
-|-----------------|-----------------------------------------|---------------------------------|
-| acc / accuracy  | 1 if the extracted answer is right, 0   | ms-swift `accuracy`             |
-| base_acc        | 1 if R1 layout + boxed answer right, 0  | MindSpeed-RL `base_acc`         |
-| format          | 1 if `<think>..</think><answer>..</answer>`, 0 (loose) | ms-swift `format` |
-| strict_format   | 1 if the exact R1 layout, else -0.5     | MindSpeed-RL `strict_format`    |
-| cosine          | length-scaled correctness in [min, max] | ms-swift `cosine`               |
-| repetition      | n-gram repetition penalty in [max_penalty, 0] | ms-swift `repetition`     |
-| soft_overlong   | DAPO soft overlong punishment in [-1, 0] | DAPO / ms-swift `soft_overlong` |
+| name                    | value                                         | origin                 |
+|-------------------------|-----------------------------------------------|------------------------|
+| lenient_acc / accuracy  | 1 if the extracted answer is right, else 0    | mindrl / ms-swift `accuracy` |
+| cosine                  | length-scaled correctness in [min, max]       | ms-swift `cosine`      |
+| repetition              | n-gram repetition penalty in [max_penalty, 0] | ms-swift `repetition`  |
+| soft_overlong           | DAPO soft overlong punishment in [-1, 0]      | DAPO / ms-swift `soft_overlong` |
 
-acc vs base_acc: `acc` grades the answer wherever and however the response states it
-(boxed, `<answer>`, `#### N`, last number) and ignores layout, so it is the plain accuracy of
-a run. `base_acc` is MindSpeed-RL's reward for base models trained with the R1 template: the
-response must be `<think>...</think> ... <answer> ... \\boxed{X} ... </answer>` and only the
-boxed `X` inside the answer block is graded; anything else scores 0.
+lenient_acc vs MindSpeed-RL's acc: `lenient_acc` (mindrl's `acc` before it took
+MindSpeed-RL's values) grades the answer wherever and however the response states it
+(last boxed, `<answer>`, `#### N`, last number), reduces `#### N` / `\\boxed{}` labels, and
+scores 1 / 0. `acc` scores 1 / -0.5 / -1 and needs a `boxed` answer.
 """
 
 from __future__ import annotations
 
 import math
-import re
 
-from mindrl.rewards.extraction import (
-    all_boxed,
-    answers_match,
-    extract_answer,
-    extract_label,
-    last_boxed,
-)
+from mindrl.rewards import mindspeed_verifiers  # noqa: F401  (registers MindSpeed-RL's names)
+from mindrl.rewards.extraction import answers_match, extract_answer, extract_label
 from mindrl.rewards.types import RewardParams, SampleMeta
 from mindrl.rewards.verifier_table import register_verifier
-
-_LOOSE_FORMAT = re.compile(r"<think>.*?</think>\s*<answer>.*?</answer>", re.DOTALL)
-_R1_LAYOUT = re.compile(r"<think>.*</think>.*<answer>(.*)</answer>", re.DOTALL)
-_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
-_ANSWER_OPEN, _ANSWER_CLOSE = "<answer>", "</answer>"
-
-STRICT_FORMAT_PASS = 1.0
-STRICT_FORMAT_FAIL = -0.5  # MindSpeed-RL's value for a malformed response
 
 
 def _params(meta: SampleMeta | None) -> RewardParams:
@@ -57,68 +42,17 @@ def _required(value: int | None, what: str) -> int:
 
 
 def is_correct(response: str, label: str) -> bool:
-    """The lenient correctness test shared by `acc` and `cosine`."""
+    """The lenient correctness test shared by `lenient_acc` and `cosine`."""
     return answers_match(extract_answer(response), extract_label(label))
 
 
-@register_verifier("acc")
-def acc(response: str, label: str, meta: SampleMeta | None = None) -> float:
+@register_verifier("lenient_acc")
+def lenient_acc(response: str, label: str, meta: SampleMeta | None = None) -> float:
     """1.0 when the response's final answer equals the label, else 0.0."""
     return 1.0 if is_correct(response, label) else 0.0
 
 
-register_verifier("accuracy")(acc)  # ms-swift's name for the same reward
-
-
-@register_verifier("base_acc")
-def base_acc(response: str, label: str, meta: SampleMeta | None = None) -> float:
-    """1.0 when the R1 layout holds and the boxed answer inside <answer> is right."""
-    layout = _R1_LAYOUT.fullmatch(response.strip())
-    if layout is None:
-        return 0.0
-    boxed = last_boxed(layout.group(1))
-    return 1.0 if answers_match(boxed, extract_label(label)) else 0.0
-
-
-# ---------------------------------------------------------------------------- format
-
-
-def loose_format_ok(response: str) -> bool:
-    """ms-swift `format`: starts with a think block, ends with an answer block."""
-    return _LOOSE_FORMAT.fullmatch(response.strip()) is not None
-
-
-def strict_format_ok(response: str, require_boxed: bool = True) -> bool:
-    """MindSpeed-RL `strict_format`: exactly `<think>A</think>` + `<answer>B</answer>`.
-
-    Starts with `<think>`, ends with `</answer>` (nothing after), each tag exactly once,
-    only whitespace between the two blocks; with `require_boxed`, exactly one `\\boxed{}` in
-    the response and it sits inside the answer block. Passing implies `loose_format_ok`.
-    """
-    if not (response.startswith(_THINK_OPEN) and response.endswith(_ANSWER_CLOSE)):
-        return False
-    tags = (_THINK_OPEN, _THINK_CLOSE, _ANSWER_OPEN, _ANSWER_CLOSE)
-    if any(response.count(tag) != 1 for tag in tags):
-        return False
-    think_end = response.index(_THINK_CLOSE)
-    answer_start = response.index(_ANSWER_OPEN)
-    if answer_start < think_end or response[think_end + len(_THINK_CLOSE) : answer_start].strip():
-        return False
-    if require_boxed:
-        body = response[answer_start + len(_ANSWER_OPEN) : -len(_ANSWER_CLOSE)]
-        return len(all_boxed(response)) == 1 and len(all_boxed(body)) == 1
-    return True
-
-
-@register_verifier("format")
-def format_reward(response: str, label: str, meta: SampleMeta | None = None) -> float:
-    return 1.0 if loose_format_ok(response) else 0.0
-
-
-@register_verifier("strict_format")
-def strict_format(response: str, label: str, meta: SampleMeta | None = None) -> float:
-    ok = strict_format_ok(response, _params(meta).strict_format_require_boxed)
-    return STRICT_FORMAT_PASS if ok else STRICT_FORMAT_FAIL
+register_verifier("accuracy")(lenient_acc)  # ms-swift's name for the same reward
 
 
 # ---------------------------------------------------------------------------- length-aware

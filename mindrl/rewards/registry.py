@@ -13,7 +13,12 @@ import sys
 from pathlib import Path
 
 from mindrl.rewards import builtin  # noqa: F401  (registers the built-in verifiers)
-from mindrl.rewards.verifier_table import VERIFIERS, VerifierFn, register_verifier
+from mindrl.rewards.verifier_table import (
+    UNSUPPORTED_VERIFIERS,
+    VERIFIERS,
+    VerifierFn,
+    register_verifier,
+)
 
 __all__ = [
     "VerifierFn",
@@ -21,6 +26,7 @@ __all__ = [
     "load_verifier_file",
     "loaded_verifier_files",
     "register_verifier",
+    "unsupported_verifier_reason",
     "verifier_names",
 ]
 
@@ -60,9 +66,18 @@ def verifier_names() -> list[str]:
     return sorted(VERIFIERS)
 
 
+def unsupported_verifier_reason(name: str) -> str | None:
+    """Why a MindSpeed-RL verifier name is refused (None for any other name): the sentence
+    reads after the quoted name, e.g. "'retool_reward' is MindSpeed-RL's ReTool reward, ..."."""
+    return None if name in VERIFIERS else UNSUPPORTED_VERIFIERS.get(name)
+
+
 def get_verifier(name: str) -> VerifierFn:
     """The verifier registered as `name`; KeyError naming the registered ones otherwise."""
     try:
         return VERIFIERS[name]
     except KeyError:
+        reason = unsupported_verifier_reason(name)
+        if reason is not None:
+            raise KeyError(f"verifier {name!r} {reason}") from None
         raise KeyError(f"unknown verifier {name!r}; registered: {sorted(VERIFIERS)}") from None

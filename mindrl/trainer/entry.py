@@ -3,14 +3,27 @@
 Hydra's own `@hydra.main` would reject `--dry-run` and change the working directory, so the
 command line is parsed here and composed with Hydra's compose API: `--config-name NAME`,
 `--config-path DIR`, `--dry-run`, and Hydra-style `key=value` overrides.
+
+A dry run may be made anywhere, e.g. on a laptop for an Ascend cluster: it plans for the
+accelerator the config targets (`planning_target`), checks the plan against this machine or
+the Ray cluster a real run here would join only when that accelerator is here, and only warns
+about input paths missing on this machine. A real run checks everything here, and joins a
+running Ray cluster when one is recorded (`resolve_ray_target`), else starts an embedded one.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
+from typing import Any
 
+from mindrl.accelerator import Accelerator, AcceleratorError
+from mindrl.cluster.placement import ClusterResources, PlacementPlan
+from mindrl.cluster.ray_target import RayConnectError, RayTarget
 from mindrl.config import ConfigError, load_run_config, resolved_yaml
+from mindrl.config.fates import handoffs
+from mindrl.config.meaning import meaning_lines
 from mindrl.config.run import RunConfig
 
 
@@ -27,7 +40,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="compose, validate and print the config and placement plan; start nothing",
+        help="compose, validate and print the config and placement plan; start nothing. "
+        "Runs anywhere: it plans for the accelerator the config targets and only warns about "
+        "input paths missing here",
     )
     args, rest = p.parse_known_args(argv)
     bad = [a for a in rest if a.startswith("-")]
@@ -36,40 +51,134 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, rest
 
 
-def plan_for(run: RunConfig):
-    """The placement plan and the cluster it must fit (read from Ray when connecting)."""
-    from mindrl.accelerator import get_accelerator
-    from mindrl.cluster.placement import plan_placement
-    from mindrl.cluster.resources import embedded_cluster_resources, running_cluster_resources
+@dataclass(frozen=True)
+class PlanCheck:
+    """A placement plan and what it was checked against (`cluster` None: only the config)."""
 
-    acc = get_accelerator(run.runtime.accelerator)
-    if run.runtime.ray_address:
-        cluster = running_cluster_resources(run.runtime.ray_address)
-    else:
+    accelerator: Accelerator
+    why: str  # how the accelerator was chosen
+    plan: PlacementPlan
+    cluster: ClusterResources | None
+    where: str  # one line: the cluster (or the declaration) the plan was checked against
+    ray_target: RayTarget | None
+    warnings: tuple[str, ...] = ()
+
+    def fit_problems(self) -> list[str]:
+        return self.plan.fit_problems(self.cluster) if self.cluster is not None else []
+
+
+def _cluster_for(run: RunConfig, acc: Accelerator) -> tuple[ClusterResources, str, RayTarget]:
+    """This machine's embedded cluster, or the running cluster a real run here would join."""
+    from mindrl.cluster.ray_target import resolve_ray_target
+    from mindrl.cluster.resources import (
+        describe_resources,
+        embedded_cluster_resources,
+        running_cluster_resources,
+    )
+
+    target = resolve_ray_target(run.runtime)
+    if target.address is None:
         cluster = embedded_cluster_resources(acc, run.runtime.ray_num_cpus)
+    else:
+        cluster = running_cluster_resources(target.address, target.source)
+    return cluster, f"{target.describe()}: {describe_resources(cluster)}", target
+
+
+def plan_for(run: RunConfig, raw: dict[str, Any], *, dry_run: bool = False) -> PlanCheck:
+    """The placement plan and the cluster it must fit.
+
+    Real run: the accelerator `runtime.accelerator` gives on this machine (an error when it is
+    not here), checked against the cluster the run will use. Dry run: the accelerator the
+    config targets (`planning_target`); checked the same way when that accelerator is here,
+    else planned for the devices the config declares without importing its runtime.
+    """
+    from mindrl.accelerator import get_accelerator
+    from mindrl.accelerator.device import accelerator_usable, planning_accelerator
+    from mindrl.cluster.placement import plan_placement
+    from mindrl.cluster.resources import declared_accelerator, planning_target
+
+    warnings: list[str] = []
+    if dry_run:
+        name, why = planning_target(run.runtime.accelerator, raw)
+        here = accelerator_usable(planning_accelerator(name).name)
+        acc = get_accelerator(name) if here else planning_accelerator(name)
+    else:
+        acc = get_accelerator(run.runtime.accelerator)
+        why = f"runtime.accelerator: {run.runtime.accelerator}"
+        meant, hint = declared_accelerator(raw)
+        if run.runtime.accelerator == "auto" and meant and meant != acc.name:
+            warnings.append(
+                f"runtime.accelerator: auto found {acc.name} on this machine, but the config "
+                f"targets {meant} ({hint}); planning for {acc.name}"
+            )
+        here = True
+    if not here:
+        plan = plan_placement(run, acc.ray_resource, None)
+        where = (
+            f"not checked against a cluster: no {acc.name} on this machine, so the plan is for "
+            f"the {plan.total_devices} {acc.ray_resource} device(s) the config declares (a "
+            "real run checks the cluster it joins)"
+        )
+        return PlanCheck(acc, why, plan, None, where, None, tuple(warnings))
+    cluster, where, target = _cluster_for(run, acc)
+    if target.note:
+        warnings.append(target.note)
     plan = plan_placement(run, acc.ray_resource, cluster.max_per_node(acc.ray_resource))
-    return acc, plan, cluster
+    return PlanCheck(acc, why, plan, cluster, where, target, tuple(warnings))
+
+
+def dry_run_path_warnings(run: RunConfig) -> list[str]:
+    """Named inputs missing on this machine: warnings in a dry run (they may exist on the
+    cluster the dry run plans for); unset required paths and output folders that cannot be
+    created here were already errors while loading."""
+    from mindrl.config.validate import missing_path_problems
+
+    return [f"{p} (on this machine; a real run needs it)" for p in missing_path_problems(run)]
 
 
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    warnings: list[str] = []
     try:
-        run, raw = load_run_config(args.config_name, overrides, config_dir=args.config_path)
-        acc, plan, cluster = plan_for(run)
+        run, raw = load_run_config(
+            args.config_name, overrides, config_dir=args.config_path, local_paths=not args.dry_run
+        )
+        if args.dry_run:
+            warnings = dry_run_path_warnings(run)
+        check = plan_for(run, raw, dry_run=args.dry_run)
+        warnings.extend(check.warnings)
         print(f"# resolved config: {run.config_name}\n{resolved_yaml(raw)}")
-        print(f"accelerator: {acc.name} (backend {acc.dist_backend})")
-        print(plan.describe())
-        problems = plan.fit_problems(cluster)
+        acc = check.accelerator
+        print(f"accelerator: {acc.name} (backend {acc.dist_backend}); {check.why}")
+        verb = f"{check.ray_target.verb} " if check.ray_target and not args.dry_run else ""
+        print(f"cluster: {verb}{check.where}")
+        print(check.plan.describe())
+        for line in meaning_lines(run):
+            print(line)
+        handoffs(run, acc.name)  # warns once for keys only another backend honours
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        problems = check.fit_problems()
         if problems:
             raise ConfigError(problems)
-    except ConfigError as exc:
+    except (ConfigError, AcceleratorError, RayConnectError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
-        print("dry run: config valid, placement fits; nothing started")
+        if check.cluster is None:
+            print(
+                "dry run: config valid; placement planned for the devices the config declares, "
+                "not checked against a cluster; nothing started"
+            )
+        else:
+            print("dry run: config valid, placement fits; nothing started")
         return 0
     from mindrl.logs import run_logging  # console vs OUTPUT_DIR/logs (runtime.log_level)
     from mindrl.trainer import run_grpo
 
-    with run_logging(run.output_dir, run.runtime.log_level):
-        return run_grpo(run, raw)
+    try:
+        with run_logging(run.output_dir, run.runtime.log_level):
+            return run_grpo(run, raw)
+    except RayConnectError as exc:  # the cluster went away between the check and the start
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

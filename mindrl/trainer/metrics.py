@@ -1,4 +1,5 @@
-"""Metric sinks for the GRPO driver: JSONL (crash-safe), TensorBoard, one console line per step.
+"""Metric sinks for the GRPO driver: JSONL (crash-safe), TensorBoard, wandb / SwanLab
+(`mindrl.trainer.trackers`), one console line per step.
 
 Step numbering follows megatron's iteration counter: step ``s`` is the ``s``-th completed
 step (1-based), and checkpoint ``iter_000000s`` holds the state after it. ``start_step`` is
@@ -25,7 +26,11 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mindrl.config.rl import LoggingConfig
+    from mindrl.trainer.trackers import Trackers
 
 METRICS_FILE = "metrics.jsonl"
 COMPLETIONS_FILE = "completions.jsonl"
@@ -231,7 +236,11 @@ class MetricsLogger:
         start_step: int = 0,
         stream: IO[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tracking: LoggingConfig | None = None,
+        run_config: Mapping[str, Any] | None = None,
     ) -> None:
+        """``tracking``: the run's `LoggingConfig`, whose use_wandb / use_swanlab open trackers
+        (``run_config`` is stored as their run config)."""
         if total_steps <= 0:
             raise ValueError(f"total_steps must be > 0, got {total_steps}")
         if log_completions < 0 or start_step < 0:
@@ -250,6 +259,8 @@ class MetricsLogger:
         self._last_time: float | None = None
         self._last_step = start_step
         self._step_seconds: list[float] = []
+        self._tracking, self._run_config = tracking, run_config
+        self._trackers: Trackers | None = None
 
     @property
     def metrics_path(self) -> Path:
@@ -287,10 +298,22 @@ class MetricsLogger:
             # purge_step hides events of steps > start_step left by the crashed run.
             purge = self.start_step + 1 if self.start_step > 0 else None
             self._writer = SummaryWriter(log_dir=str(self.tensorboard_dir), purge_step=purge)
+        if self._tracking is not None and (self._tracking.use_wandb or self._tracking.use_swanlab):
+            from mindrl.trainer.trackers import open_trackers
+
+            try:
+                self._trackers = open_trackers(self._tracking, self.output_dir, self._run_config)
+            except BaseException:
+                self.close()
+                raise
         self._last_time = self._clock()
         return self
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """Close every sink; ``failed`` marks the tracker runs as failed."""
+        if self._trackers is not None:
+            self._trackers.close(failed)
+            self._trackers = None
         for fh in (self._metrics_fh, self._completions_fh):
             if fh is not None:
                 fh.close()
@@ -302,8 +325,8 @@ class MetricsLogger:
     def __enter__(self) -> MetricsLogger:
         return self.open()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(failed=exc_type is not None)
 
     # ------------------------------------------------------------------ logging
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
@@ -328,6 +351,8 @@ class MetricsLogger:
                 if value is not None:
                     self._writer.add_scalar(key, value, global_step=int(step))
             self._writer.flush()
+        if self._trackers:
+            self._trackers.log(int(step), values)
         if self.console:
             line = console_line(step, self.total_steps, metrics, self.mean_step_seconds)
             print(line, file=self._stream or sys.stdout, flush=True)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from mindrl.accelerator import get_accelerator
 from mindrl.cluster.placement import PlacementPlan
+from mindrl.config.fates import handoffs
 from mindrl.config.run import RunConfig
 from mindrl.workers.facades import (
     ActorGroup,
@@ -63,7 +64,9 @@ def _worker_env(run: RunConfig, cpus: float) -> dict[str, str]:
     settings (`Accelerator.worker_env`)."""
     threads = run.runtime.worker_threads or max(int(cpus), 1)
     env = {"MINDRL_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    env.update(get_accelerator(run.runtime.accelerator).worker_env())
+    acc = get_accelerator(run.runtime.accelerator)
+    env.update(acc.worker_env())
+    env.update(handoffs(run, acc.name).env())  # e.g. hccl_buffersize -> HCCL_BUFFSIZE on NPU
     for name in ("MINDRL_ASSETS_DIR", "MINDRL_ACCELERATOR"):
         if name in os.environ:
             env[name] = os.environ[name]

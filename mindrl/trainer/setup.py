@@ -60,7 +60,9 @@ def load_prompts(run: RunConfig) -> Prompts:
     from mindrl.data.sampler import ResumableSampler
 
     data = run.actor.data
-    tokenizer = AutoTokenizer.from_pretrained(data.tokenizer_name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(
+        data.tokenizer_name_or_path, use_fast=not data.tokenizer_not_use_fast
+    )
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
         pad_id = tokenizer.eos_token_id or 0
@@ -151,6 +153,8 @@ def setup(run: RunConfig, raw: dict[str, Any]) -> Iterator[Trainer]:
                 total_steps=run.actor.optim.train_iters,
                 log_completions=run.rl.logging.log_completions,
                 start_step=start_step,
+                tracking=run.rl.logging,  # use_wandb / use_swanlab
+                run_config=raw,
             )
         )
         yield Trainer(

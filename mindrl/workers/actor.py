@@ -135,12 +135,12 @@ class ActorWorker(MegatronModelWorker):
             megatron_core_version=megatron_core_version(),
         )
         save_model_shards(self.model_chunks, iter_dir, info)
-        opt, updater = self._opt(), self._updater()
+        opt, updater, ckpt = self._opt(), self._updater(), cfg.ckpt
         state = RankTrainState(
-            optimizer=opt.optimizer.state_dict(),
-            scheduler=opt.scheduler.state_dict(),
+            optimizer=None if ckpt.no_save_optim else opt.optimizer.state_dict(),
+            scheduler=None if ckpt.no_save_optim else opt.scheduler.state_dict(),
             skipped_updates=updater.skipped_updates,
-            rng=RngState.capture(),
+            rng=None if ckpt.no_save_rng else RngState.capture(),
         )
         save_rank_state(iter_dir, self.info.rank, state)
         dist.barrier()
@@ -157,12 +157,13 @@ class ActorWorker(MegatronModelWorker):
         if not (load_optim or load_rng):
             return
         state = load_rank_state(iter_dir, self.info.rank)
+        state.require(load_optim=load_optim, load_rng=load_rng)
         if load_optim:
             opt = self._opt()
             opt.optimizer.load_state_dict(state.optimizer)
             opt.scheduler.load_state_dict(state.scheduler)
             self._updater().skipped_updates = state.skipped_updates
-        if load_rng:
+        if load_rng and state.rng is not None:
             state.rng.restore()
 
     def export_hf(self, out_dir: str, hf_assets_dir: str | None = None) -> str | None:
@@ -186,7 +187,9 @@ class ActorWorker(MegatronModelWorker):
     # -- typed access to what init_model built ----------------------------------------------
     def _hybrid(self) -> HybridEngine:
         if self.hybrid is None:
-            raise RuntimeError("this actor holds no rollout engine (rl_config.rollout_resource is set)")
+            raise RuntimeError(
+                "this actor holds no rollout engine (rl_config.rollout_resource is set)"
+            )
         return self.hybrid
 
     def _opt(self) -> TrainingOptimizer:

@@ -35,7 +35,8 @@ def test_a_plan_that_does_not_fit_exits_2(tiny_model_dir):
         "runtime.ray_num_cpus=1",
     )
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert proc.stderr.startswith("error: ") and "rl_config.*_resource" in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "rl_config.*_resource" in proc.stderr
     assert "nothing started" not in proc.stdout
 
 

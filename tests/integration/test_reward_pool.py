@@ -1,6 +1,5 @@
 """RewardScorer with real worker processes: hangs, crashes and garbage never stall a batch."""
 
-import threading
 import time
 
 import psutil
@@ -8,6 +7,7 @@ import pytest
 
 from mindrl.rewards.scorer import RewardScorer
 from mindrl.rewards.types import RewardParams, SampleMeta
+from tests.bounds import call_within
 
 # Misbehaving verifiers, triggered by markers in the response so the other samples stay normal.
 VERIFIERS = """
@@ -64,41 +64,20 @@ def alive(pid: int) -> bool:
         return False
 
 
-def bounded(fn, limit_s: float):
-    """Run fn in a thread; fail (instead of hanging the test run) if it takes > limit_s."""
-    box = {}
-
-    def target():
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # re-raised in the test thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    start = time.monotonic()
-    thread.start()
-    thread.join(limit_s)
-    if thread.is_alive():
-        pytest.fail(f"did not return within {limit_s} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"], time.monotonic() - start
-
-
 def test_hanging_verifier_is_killed_within_timeout(verifier_file):
     timeout_s = 1.0
     responses = [r"\boxed{1}", r"HANG \boxed{2}", r"\boxed{3}", r"\boxed{4}", r"\boxed{9}"]
     labels = ["1", "2", "3", "4", "5"]
     with RewardScorer(
-        ["acc", "itest_hang"], [1.0, 1.0], 2, timeout_s, verifier_files=[verifier_file]
+        ["lenient_acc", "itest_hang"], [1.0, 1.0], 2, timeout_s, verifier_files=[verifier_file]
     ) as scorer:
         before = set(scorer.worker_pids())
-        (scores, per_function, metrics), _ = bounded(lambda: scorer.score(responses, labels), 30)
+        (scores, per_function, metrics) = call_within(lambda: scorer.score(responses, labels), 30)
         # One hung call costs one timeout; a fork from the warm forkserver replaces the worker.
         assert metrics["reward/timeouts"] == 1
         assert metrics["reward/errors"] == 0 and metrics["reward/invalid"] == 0
         assert per_function["itest_hang"] == [1.0, 0.0, 1.0, 1.0, 1.0]
-        assert per_function["acc"] == [1.0, 1.0, 1.0, 1.0, 0.0]
+        assert per_function["lenient_acc"] == [1.0, 1.0, 1.0, 1.0, 0.0]
         assert scores == [2.0, 1.0, 2.0, 2.0, 1.0]
         assert metrics["itest_hang_rewards/mean"] == pytest.approx(4 / 5)
         killed = before - set(scorer.worker_pids())
@@ -107,14 +86,14 @@ def test_hanging_verifier_is_killed_within_timeout(verifier_file):
 
         # Every call hangs: a first wave of timeouts, then the step budget (2 x timeout) cuts
         # what still runs and skips what has not started, however many samples hang.
-        (scores, _, metrics), _ = bounded(lambda: scorer.score(["HANG"] * 4, ["0"] * 4), 30)
+        (scores, _, metrics) = call_within(lambda: scorer.score(["HANG"] * 4, ["0"] * 4), 30)
         assert metrics["reward/timeouts"] >= 2  # the first wave: one call per worker
         assert metrics["reward/timeouts"] + metrics["reward/skipped"] == 4
         assert metrics["reward/errors"] == metrics["reward/invalid"] == 0
-        assert scores == [0.0] * 4  # acc is 0 ("0" vs no number), itest_hang timed out
+        assert scores == [0.0] * 4  # lenient_acc is 0 ("0" vs no number), itest_hang timed out
 
         # The pool is healthy afterwards.
-        (scores, _, metrics), _ = bounded(lambda: scorer.score([r"\boxed{7}"], ["7"]), 30)
+        (scores, _, metrics) = call_within(lambda: scorer.score([r"\boxed{7}"], ["7"]), 30)
         assert scores == [2.0] and metrics["reward/timeouts"] == 0
 
 
@@ -122,7 +101,7 @@ def test_crashing_verifiers_are_counted(verifier_file):
     responses = ["fine", "RAISE", "EXIT", "SEGV", "fine too"]
     with RewardScorer(["itest_crash"], None, 2, 5.0, verifier_files=[verifier_file]) as scorer:
         before = set(scorer.worker_pids())
-        (scores, per_function, metrics), _ = bounded(lambda: scorer.score(responses, [""] * 5), 60)
+        (scores, per_function, metrics) = call_within(lambda: scorer.score(responses, [""] * 5), 60)
         assert scores == [0.5, 0.0, 0.0, 0.0, 0.5]
         assert metrics["reward/errors"] == 3
         assert metrics["reward/timeouts"] == 0
@@ -137,7 +116,7 @@ def test_garbage_values_are_counted(verifier_file):
     with RewardScorer(
         ["itest_garbage", "format"], [1.0, 1.0], 2, 5.0, verifier_files=[verifier_file]
     ) as scorer:
-        (scores, per_function, metrics), _ = bounded(lambda: scorer.score(responses, [""] * 7), 60)
+        (scores, per_function, metrics) = call_within(lambda: scorer.score(responses, [""] * 7), 60)
     assert per_function["itest_garbage"] == [0.0] * 6 + [2.0]
     assert scores == [0.0] * 6 + [2.0]
     assert metrics["reward/invalid"] == 6
@@ -153,7 +132,7 @@ def test_custom_file_gets_meta_and_params(verifier_file):
     with RewardScorer(
         ["itest_meta"], [2.0], 1, 5.0, params=params, verifier_files=[verifier_file]
     ) as scorer:
-        (scores, per_function, _), _ = bounded(
+        (scores, per_function, _) = call_within(
             lambda: scorer.score(["a", "b"], ["", ""], metas), 60
         )
     # length share + bonus + repetition_n_grams, weighted by 2
@@ -170,11 +149,11 @@ def test_weighted_sum_of_builtins():
     ]
     labels = ["4", "4", "4", "4"]
     metas = [SampleMeta(response_length=n, max_length=100) for n in (10, 60, 90, 100)]
-    functions = ["acc", "format", "strict_format", "repetition", "soft_overlong"]
+    functions = ["lenient_acc", "format", "strict_format", "repetition", "soft_overlong"]
     weights = [1.0, 0.5, 2.0, 1.0, 1.0]
     params = RewardParams(soft_cache_length=20)  # soft_max_length: meta.max_length = 100
     with RewardScorer(functions, weights, 2, 10.0, params=params) as scorer:
-        (scores, per_function, metrics), _ = bounded(
+        (scores, per_function, metrics) = call_within(
             lambda: scorer.score(responses, labels, metas), 60
         )
     acc = [1.0, 1.0, 0.0, 0.0]
@@ -186,7 +165,7 @@ def test_weighted_sum_of_builtins():
         1.0 * a + 0.5 * f + 2.0 * s + 1.0 * r + 1.0 * o
         for a, f, s, r, o in zip(acc, fmt, strict, rep, soft)
     ]
-    assert per_function["acc"] == acc
+    assert per_function["lenient_acc"] == acc
     assert per_function["strict_format"] == strict
     assert per_function["soft_overlong"] == pytest.approx(soft)
     assert scores == pytest.approx(expected)
@@ -217,7 +196,7 @@ def test_close_leaves_no_process_behind(verifier_file, tmp_path):
     with scorer:
         workers = scorer.worker_pids()
         assert len(workers) == 2 and all(alive(pid) for pid in workers)
-        (_, _, metrics), _ = bounded(lambda: scorer.score(["x"], [str(pid_file)]), 30)
+        (_, _, metrics) = call_within(lambda: scorer.score(["x"], [str(pid_file)]), 30)
         assert metrics["reward/timeouts"] == 1
         grandchild = int(pid_file.read_text())
         deadline = time.monotonic() + 5
@@ -237,7 +216,7 @@ def test_spawn_start_method(verifier_file):
         ["acc", "itest_crash"], None, 1, 30.0, verifier_files=[verifier_file], start_method="spawn"
     ) as scorer:
         pids = scorer.worker_pids()
-        (scores, _, metrics), _ = bounded(
+        (scores, _, metrics) = call_within(
             lambda: scorer.score([r"\boxed{3}", "EXIT \\boxed{3}"], ["3", "3"]), 120
         )
     assert scores == [1.5, 1.0]

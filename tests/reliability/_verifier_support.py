@@ -3,16 +3,15 @@ run scoring steps under a hard wall-clock limit and to check processes are gone.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
-import pytest
 
 from mindrl.config.rl import RewardConfig
+from tests.bounds import call_within
 
 T = TypeVar("T")
 
@@ -71,24 +70,10 @@ def reward_config(verifier_file: Path, functions: list[str], **overrides: Any) -
 
 
 def bounded(fn: Callable[[], T], limit_s: float) -> tuple[T, float]:
-    """Run fn in a thread: its value and wall time; fail (not hang) if it takes > limit_s."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # re-raised in the test thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
+    """fn()'s value and wall time; a failure (not a hang) if it runs past limit_s."""
     start = time.monotonic()
-    thread.start()
-    thread.join(limit_s)
-    if thread.is_alive():
-        pytest.fail(f"did not return within {limit_s} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"], time.monotonic() - start
+    value = call_within(fn, limit_s)
+    return value, time.monotonic() - start
 
 
 def alive(pid: int) -> bool:

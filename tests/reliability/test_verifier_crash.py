@@ -72,10 +72,10 @@ def test_healthy_verifier_beside_a_crashing_one_scores_normally(verifier_file):
     responses = [rf"\boxed{{{i % 3}}}" for i in range(SAMPLES)]
     labels = ["1"] * SAMPLES
     expected = [1.0 if i % 3 == 1 else 0.0 for i in range(SAMPLES)]
-    with _scorer(verifier_file, ["acc", "rel_exit"]) as scorer:
+    with _scorer(verifier_file, ["lenient_acc", "rel_exit"]) as scorer:
         result, wall = bounded(lambda: scorer.score(responses, labels), HARD_LIMIT_S)
-    assert result.per_function["acc"] == expected
+    assert result.per_function["lenient_acc"] == expected
     assert result.scores == expected
-    assert result.metrics["reward/acc_circuit_open"] == 0.0
+    assert result.metrics["reward/lenient_acc_circuit_open"] == 0.0
     assert result.metrics["reward/rel_exit_circuit_open"] == 1.0
     assert wall < 2 * TIMEOUT_S + KILL_ALLOWANCE * TIMEOUT_S

@@ -85,14 +85,14 @@ def test_healthy_verifier_beside_a_hanging_one_scores_normally(verifier_file):
     responses = [rf"\boxed{{{i % 7}}}" for i in range(SAMPLES)]
     labels = [str(i % 5) for i in range(SAMPLES)]
     expected_acc = [1.0 if i % 7 == i % 5 else 0.0 for i in range(SAMPLES)]
-    with _scorer(verifier_file, ["acc", "rel_hang"], verifier_parallel=2) as scorer:
+    with _scorer(verifier_file, ["lenient_acc", "rel_hang"], verifier_parallel=2) as scorer:
         result, wall = bounded(lambda: scorer.score(responses, labels), HARD_LIMIT_S)
     print(f"acc + hanging verifier, {SAMPLES} samples: {wall:.2f} s")
     m = result.metrics
-    assert result.per_function["acc"] == expected_acc  # every acc call ran, none skipped
+    assert result.per_function["lenient_acc"] == expected_acc  # every acc call ran, none skipped
     assert result.scores == expected_acc  # rel_hang contributes 0 everywhere
-    assert m["acc_rewards/mean"] == pytest.approx(sum(expected_acc) / SAMPLES)
-    assert m["reward/acc_circuit_open"] == 0.0
+    assert m["lenient_acc_rewards/mean"] == pytest.approx(sum(expected_acc) / SAMPLES)
+    assert m["reward/lenient_acc_circuit_open"] == 0.0
     assert m["reward/timeouts"] + m["reward/skipped"] == SAMPLES  # all rel_hang calls
     # acc's own calls take milliseconds; the hanging one is cut at the budget
     assert wall < 2 * TIMEOUT_S + KILL_ALLOWANCE * TIMEOUT_S

@@ -81,7 +81,6 @@ INVALID: list[tuple[list[str], list[str]]] = [
     ),
     (["~actor_config"], ["actor_config: required section"]),
     (["rl_config.dynamic_sampling=true"], ["rl_config.dynamic_sampling", "not wired"]),
-    (["rl_config.use_wandb=true"], ["rl_config.use_wandb", "not supported"]),
 ]
 
 

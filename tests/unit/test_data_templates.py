@@ -8,13 +8,14 @@ import pytest
 
 from mindrl.data.templates import get_template, load_templates, render_prompt
 
-# The seed document's qwen_r1 template, written out here independently of templates.json.
+# MindSpeed-RL's qwen_r1 instruction (note the ". " after </answer>), written out here
+# independently of templates.json.
 R1_INSTRUCTION = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant "
     "solves it. The assistant first thinks about the reasoning process in the mind and then "
     "provides the user with the answer. The reasoning process and answer are enclosed within "
     "<think> </think> and <answer> </answer> tags, respectively, i.e., <think> reasoning "
-    "process here </think><answer> answer here </answer>Put your final answer within "
+    "process here </think><answer> answer here </answer>. Put your final answer within "
     "\\boxed{}."
 )
 

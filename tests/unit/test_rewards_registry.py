@@ -65,4 +65,4 @@ def test_builtin_name_clash_is_an_error(tmp_path):
     )
     with pytest.raises(ValueError, match="already registered"):
         registry.load_verifier_file(path)
-    assert registry.get_verifier("acc")(r"\boxed{2}", "3") == 0.0  # the built-in survived
+    assert registry.get_verifier("acc")(r"\boxed{2}", "3") == -0.5  # the built-in survived

@@ -1,4 +1,7 @@
-"""Built-in verifiers against hand-written responses and formulas written out here."""
+"""Built-in verifiers against hand-written responses and formulas written out here.
+
+MindSpeed-RL's names against MindSpeed-RL's own strings and values: test_rewards_mindspeed.py
+(which also holds `lenient_acc`, the former `acc`)."""
 
 import math
 
@@ -9,6 +12,7 @@ from mindrl.rewards.types import RewardParams, SampleMeta
 
 BUILTINS = [
     "acc",
+    "lenient_acc",
     "accuracy",
     "base_acc",
     "format",
@@ -25,31 +29,7 @@ def score(name, response, label="", meta=None):
 
 def test_builtins_are_registered():
     assert set(BUILTINS) <= set(verifier_names())
-    assert get_verifier("accuracy") is get_verifier("acc")
-
-
-# ---------------------------------------------------------------------------- acc
-
-
-@pytest.mark.parametrize(
-    "response, label, expected",
-    [
-        (r"so the answer is \boxed{\frac{1}{2}}", "0.5", 1.0),  # nested braces, LaTeX fraction
-        (r"\boxed{\dfrac{3}{4}}", r"\frac{3}{4}", 1.0),
-        (r"\boxed{\frac{3}{4}}", "3/5", 0.0),
-        ("She pays 600 + 400 = 1000 dollars.\n#### 1,000", "1000", 1.0),  # GSM8K, commas
-        ("The total is 1,000 apples", "1000", 1.0),
-        ("The temperature drops to -7 degrees", "-7", 1.0),  # negative numbers
-        ("The temperature drops to -7 degrees", "7", 0.0),
-        ("<think>7 or 8?</think><answer>8</answer>", "8", 1.0),
-        ("<think>7 or 8?</think><answer>The answer is 8.</answer>", "8.0", 1.0),
-        ("I do not know.", "3", 0.0),  # no extractable answer
-        ("", "3", 0.0),
-        ("3", "Natalia sold 48 clips.\n#### 3", 1.0),  # a full GSM8K solution as label
-    ],
-)
-def test_acc(response, label, expected):
-    assert score("acc", response, label) == expected
+    assert get_verifier("accuracy") is get_verifier("lenient_acc")
 
 
 # ---------------------------------------------------------------------------- base_acc
@@ -73,8 +53,8 @@ def test_base_acc(response, label, expected):
     assert score("base_acc", response, label) == expected
 
 
-def test_acc_is_lenient_where_base_acc_is_not():
-    assert score("acc", r"The answer is \boxed{4}", "4") == 1.0
+def test_lenient_acc_ignores_layout_where_base_acc_does_not():
+    assert score("lenient_acc", r"The answer is \boxed{4}", "4") == 1.0
     assert score("base_acc", r"The answer is \boxed{4}", "4") == 0.0
 
 
@@ -93,7 +73,7 @@ NO_BOX = RewardParams(strict_format_require_boxed=False)
         ("<think>r</think><answer>\\boxed{42}</answer> P.S.", 0.0, -0.5, -0.5),
         ("Sure. <think>r</think><answer>\\boxed{42}</answer>", 0.0, -0.5, -0.5),
         ("<think>a</think><think>b</think><answer>\\boxed{1}</answer>", 1.0, -0.5, -0.5),
-        ("<think>r</think> so <answer>\\boxed{1}</answer>", 0.0, -0.5, -0.5),
+        ("<think>r</think> so <answer>\\boxed{1}</answer>", 0.0, 1.0, 1.0),  # text between
         ("<answer>\\boxed{1}</answer><think>r</think>", 0.0, -0.5, -0.5),
         ("<think>\\boxed{1}</think><answer>\\boxed{1}</answer>", 1.0, -0.5, 1.0),  # two boxes
         ("<think>r</think><answer>\\boxed{1}", 0.0, -0.5, -0.5),  # truncated

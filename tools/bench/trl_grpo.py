@@ -108,7 +108,7 @@ def build_trainer(run: Any, steps: int, precision: str, out_dir: Path, clock: Ph
         adam_epsilon=actor.optim.adam_eps,
         max_grad_norm=actor.optim.clip_grad,
         epsilon=alg.clip_ratio,
-        beta=alg.kl_loss_coef if alg.use_kl_loss else 0.0,
+        beta=alg.kl.coef if alg.kl.where == "loss" else 0.0,
         num_iterations=alg.epochs,
         loss_type="dapo",  # token mean over the whole batch, as loss_agg_mode token-mean
         scale_rewards="group",  # (r - group mean) / group std, as adv_estimator group_norm

@@ -1,0 +1,137 @@
+"""Megatron / MindSpeed model and parallelism keys of features mindrl has not built.
+
+MindSpeed-RL model and training YAMLs carry them (MoE, MLA, RoPE scaling, LoRA, Qwen3's QK
+layernorm, custom layer specs). Each is accepted at its MindSpeed-RL default and refused
+with the missing feature's name otherwise, so such a YAML fails at config time instead of
+training a different model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mindrl.config.fates import MINDSPEED, handed, no_effect, refused
+from mindrl.config.fields import spec
+
+MOE = refused("MoE / expert parallel: not built yet")
+MLA = refused("MLA (DeepSeek-V3 multi-latent attention): not built yet")
+ROPE_SCALING = refused("RoPE scaling (linear / llama3 / YaRN): not built yet")
+LORA = refused("LoRA: not built yet")
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """Mixture of experts (Qwen3-MoE, DeepSeek-V3) and expert parallelism."""
+
+    num_experts: int | None = spec(None, fate=MOE)
+    moe_ffn_hidden_size: int | None = spec(None, fate=MOE)
+    moe_intermediate_size: int | None = spec(None, fate=MOE, help="seed-era moe_ffn_hidden_size")
+    n_shared_experts: int | None = spec(None, fate=MOE)
+    first_k_dense_replace: int | None = spec(None, fate=MOE)
+    moe_layer_freq: int | None = spec(None, fate=MOE)
+    expert_model_parallel_size: int = spec(1, ge=1, fate=MOE)
+    moe_tp_extend_ep: bool = spec(False, fate=MOE)
+    moe_router_topk: int = spec(2, fate=MOE)
+    moe_router_load_balancing_type: str = spec("aux_loss", fate=MOE)
+    moe_router_num_groups: int | None = spec(None, fate=MOE)
+    moe_router_group_topk: int | None = spec(None, fate=MOE)
+    moe_router_topk_scaling_factor: float | None = spec(None, fate=MOE)
+    moe_router_score_function: str = spec("softmax", fate=MOE)
+    moe_router_enable_expert_bias: bool = spec(False, fate=MOE)
+    n_group: int | None = spec(None, fate=MOE, help="seed-era moe_router_num_groups")
+    topk_group: int | None = spec(None, fate=MOE, help="seed-era moe_router_group_topk")
+    routed_scaling_factor: float | None = spec(None, fate=MOE)
+    norm_topk_prob: bool = spec(False, fate=MOE)
+    seq_aux: bool = spec(False, fate=MOE)
+    moe_aux_loss_coeff: float = spec(0.001, fate=MOE)
+    moe_grouped_gemm: bool = spec(False, fate=MOE)
+    moe_permutation_async_comm: bool = spec(False, fate=MOE)
+    moe_alltoall_overlap_comm: bool = spec(False, fate=MOE)
+    moe_token_dispatcher_type: str | None = spec(None, fate=MOE)
+    use_fused_moe_token_permute_and_unpermute: bool = spec(False, fate=MOE)
+
+
+@dataclass(frozen=True)
+class MLAConfig:
+    """DeepSeek's multi-latent attention (current and seed-era key names)."""
+
+    multi_latent_attention: bool = spec(False, fate=MLA)
+    multi_head_latent_attention: bool = spec(False, fate=MLA)
+    q_lora_rank: int | None = spec(None, fate=MLA)
+    kv_lora_rank: int | None = spec(None, fate=MLA)
+    qk_head_dim: int | None = spec(None, fate=MLA)
+    qk_pos_emb_head_dim: int | None = spec(None, fate=MLA)
+    qk_nope_head_dim: int | None = spec(None, fate=MLA)
+    qk_rope_head_dim: int | None = spec(None, fate=MLA)
+    v_head_dim: int | None = spec(None, fate=MLA)
+
+
+@dataclass(frozen=True)
+class RopeScalingConfig:
+    """Long-context RoPE scaling; mindrl builds plain RoPE (rotary_base only)."""
+
+    rope_scaling_type: str | None = spec(None, fate=ROPE_SCALING)
+    rope_scaling_factor: float = spec(1.0, fate=ROPE_SCALING)
+    rope_scaling_original_max_position_embeddings: int | None = spec(None, fate=ROPE_SCALING)
+    original_max_position_embeddings: int | None = spec(None, fate=ROPE_SCALING)
+    low_freq_factor: float | None = spec(None, fate=ROPE_SCALING)
+    high_freq_factor: float | None = spec(None, fate=ROPE_SCALING)
+    beta_fast: int = spec(32, fate=ROPE_SCALING)
+    beta_slow: int = spec(1, fate=ROPE_SCALING)
+    rope_scaling_beta_fast: int = spec(32, fate=ROPE_SCALING, help="seed-era beta_fast")
+    rope_scaling_beta_slow: int = spec(1, fate=ROPE_SCALING, help="seed-era beta_slow")
+    rope_scaling_mscale: float = spec(1.0, fate=ROPE_SCALING)
+    rope_scaling_mscale_all_dim: float = spec(0.0, fate=ROPE_SCALING)
+
+
+@dataclass(frozen=True)
+class LoRAConfig:
+    """Low-rank adapters (MindSpeed-LLM's LoRA keys)."""
+
+    lora_target_modules: tuple[str, ...] | str | None = spec(None, fate=LORA)
+    lora_r: int = spec(8, fate=LORA)
+    lora_alpha: int = spec(16, fate=LORA)
+    lora_fusion: bool = spec(False, fate=LORA)
+    lora_ckpt_filter: bool = spec(False, fate=LORA)
+    pretrained_checkpoint: str | None = spec(
+        None,
+        fate=refused(
+            "LoRA's base weights (pretrained_checkpoint): not built yet; give them as load"
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class LayerVariantConfig:
+    """Layer-level variants of the GPT block beyond Llama / Qwen2."""
+
+    qk_layernorm: bool = spec(False, fate=refused("QK layernorm (Qwen3): not built yet"))
+    attention_bias: bool = spec(
+        False,
+        fate=refused(
+            "a bias on every attention projection: not built yet; mindrl builds q/k/v biases "
+            "(add_qkv_bias)"
+        ),
+    )
+    mm_model: str | None = spec(None, fate=refused("multimodal models: not built yet"))
+    attention_mask_type: str = spec(
+        "causal", fate=refused("only causal attention is built", allowed=("causal",))
+    )
+    use_rotary_position_embeddings: bool = spec(
+        True, fate=no_effect("mindrl always applies RoPE (position_embedding_type: rope)")
+    )
+    transformer_impl: str = spec(
+        "local",
+        fate=no_effect(
+            "mindrl uses Transformer Engine's layer spec when transformer_engine is installed, "
+            "megatron-core's local spec otherwise"
+        ),
+    )
+    use_deter_comp: bool = spec(False, fate=handed(MINDSPEED), help="seed-era npu_deterministic")
+    # last: from here on `spec` in this class body names the field, not the function
+    spec: tuple[str, ...] | str | None = spec(
+        None,
+        fate=refused(
+            "custom layer specs: not built yet; mindrl builds megatron-core's GPT layer spec"
+        ),
+    )

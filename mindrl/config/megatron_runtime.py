@@ -1,0 +1,79 @@
+"""Megatron / MindSpeed keys about memory, speed and megatron's own training loop.
+
+None of them changes what a GRPO run computes in mindrl: activation recompute and swapping,
+overlapped gradient reduction and megatron's eval / logging cadence trade memory or time,
+not results. MindSpeed's own NPU switches are handed to its megatron adaptor on NPU; the
+rest are accepted, and a value other than the default is warned once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mindrl.config.fates import MINDSPEED, handed, no_effect, refused
+from mindrl.config.fields import spec
+
+RECOMPUTE = no_effect(
+    "activation recomputation is not wired into mindrl's model build: activations are kept "
+    "(same results, more memory)"
+)
+OVERLAP = no_effect("gradients are reduced after the backward pass, not overlapped with it")
+MEGATRON_LOOP = no_effect(
+    "megatron's own train / eval loop does not run in mindrl; RL validation is "
+    "rl_config.test_freq, progress is logged every step"
+)
+GENERATION = no_effect(
+    "megatron's text generation is not used; rollout is generate_config / sampling_config"
+)
+DPO = no_effect("offline DPO only (stage: dpo is not built yet)")
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Memory / speed trade-offs of the training step."""
+
+    recompute_granularity: str | None = spec(None, fate=RECOMPUTE)
+    recompute_method: str | None = spec(None, fate=RECOMPUTE)
+    recompute_num_layers: int | None = spec(None, fate=RECOMPUTE)
+    recompute_activation_function: bool = spec(False, fate=handed(MINDSPEED))
+    swap_attention: bool = spec(False, fate=handed(MINDSPEED))
+    swap_optimizer: bool = spec(False, fate=handed(MINDSPEED))
+    reuse_fp32_param: bool = spec(False, fate=handed(MINDSPEED))
+    overlap_grad_reduce: bool = spec(False, fate=OVERLAP)
+    overlap_param_gather: bool = spec(False, fate=OVERLAP)
+    ddp_bucket_size: int | None = spec(None, fate=OVERLAP)
+    accumulate_allreduce_grads_in_fp32: bool = spec(
+        True, fate=no_effect("gradients are always reduced in fp32")
+    )
+
+
+@dataclass(frozen=True)
+class MegatronLoopConfig:
+    """Knobs of megatron's pretraining loop and of MindSpeed-LLM's other trainers."""
+
+    log_interval: int = spec(100, fate=MEGATRON_LOOP)
+    log_throughput: bool = spec(False, fate=MEGATRON_LOOP)
+    eval_iters: int = spec(100, fate=MEGATRON_LOOP)
+    eval_interval: int = spec(1000, fate=MEGATRON_LOOP)
+    skip_train: bool = spec(
+        False, fate=refused("skipping training: use rl_config.val_only to only validate")
+    )
+    do_sample: bool = spec(False, fate=GENERATION)
+    use_kv_cache: bool = spec(False, fate=GENERATION)
+    no_check_for_nan_in_loss_and_grad: bool = spec(
+        False, fate=no_effect("megatron's NaN check of loss and gradients is not run")
+    )
+    enable_high_availability: bool = spec(
+        False,
+        fate=no_effect(
+            "MindIO high availability is not built; mindrl resumes from its last checkpoint"
+        ),
+    )
+    npu_deterministic: bool = spec(False, fate=handed(MINDSPEED))
+    ai_framework: str | None = spec(
+        None, fate=refused("the MindSpore backend: not built yet (mindrl runs PyTorch)")
+    )
+    algorithm: str | None = spec(None, fate=no_effect("not read by MindSpeed-RL either"))
+    dpo_loss_type: str = spec("sigmoid", fate=DPO)
+    ref_model: str = spec("", fate=DPO)
+    refer_model_iter: int = spec(1, fate=DPO)

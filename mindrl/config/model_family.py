@@ -1,0 +1,427 @@
+"""Which model family a model yaml describes, decided at config time (json + pathlib, no torch).
+
+MindSpeed-RL's model yamls have no `model_type_hf`: the family shows in the HF config.json of
+the checkpoint / tokenizer folder, or in the keys (`add_qkv_bias`: Qwen2, `qk_layernorm`:
+Qwen3, MoE keys, `multi_latent_attention`: DeepSeek-V3). Deciding it here refuses a family
+mindrl cannot build by name before any worker starts, and resolves a yaml that contradicts its
+checkpoint (config.json wins, with a notice) instead of failing at weight loading.
+
+The converter (`mindrl.models.hf_arch`) classifies HF configs with the same table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mindrl.config.model_arch import HF_FAMILIES
+
+BUILT = ("llama", "qwen2")  # families mindrl builds (one mapping table each)
+
+# Families mindrl knows but cannot build -> what is missing (goes into the refusal line).
+NOT_BUILT: dict[str, str] = {
+    "qwen3": "q/k layernorm",
+    "qwen3_moe": "mixture of experts, q/k layernorm",
+    "qwen2_moe": "mixture of experts",
+    "moe": "mixture of experts",
+    "mixtral": "mixture of experts",
+    "deepseek_v3": "multi-latent attention, mixture of experts",
+    "deepseek_v2": "multi-latent attention, mixture of experts",
+    "multimodal": "vision encoder",
+}
+
+# `model_type_hf` spellings of the families above (MindSpeed-LLM's converter names included).
+MODEL_TYPE_HF_ALIASES: dict[str, str] = {
+    "qwen3": "qwen3",
+    "qwen3_moe": "qwen3_moe",
+    "qwen3-moe": "qwen3_moe",
+    "qwen2_moe": "qwen2_moe",
+    "qwen2-moe": "qwen2_moe",
+    "mixtral": "mixtral",
+    "deepseek_v3": "deepseek_v3",
+    "deepseekv3": "deepseek_v3",
+    "deepseek3": "deepseek_v3",
+    "deepseek_v2": "deepseek_v2",
+    "deepseek2": "deepseek_v2",
+    "qwen2_vl": "multimodal",
+    "qwen2vl": "multimodal",
+    "qwen25_vl": "multimodal",
+    "qwen2_5_vl": "multimodal",
+    "qwen25vl": "multimodal",
+}
+
+# HF `architectures` class -> family, for a config.json without `model_type`.
+HF_ARCHITECTURE_FAMILIES: dict[str, str] = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "MixtralForCausalLM": "mixtral",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+}
+
+# Model-yaml keys that mark a family mindrl does not build. Their "off" values are consumed
+# here (dropped before `ModelArchConfig` is built), so `qk_layernorm: false` is not an
+# "unknown key".
+FEATURE_KEYS = ("qk_layernorm", "multi_latent_attention", "mm_model", "attention_bias")
+MOE_KEYS = (
+    "num_experts",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "expert_model_parallel_size",
+)
+
+# mindrl megatron checkpoint layout (mirrors mindrl.checkpoint.mcore_io, which imports torch).
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+META_FILE = "mindrl_checkpoint.json"
+HF_ASSETS_DIR = "hf_assets"
+
+
+@dataclass(frozen=True)
+class FamilyDecision:
+    """The family a model section describes, where that came from, and what to build.
+
+    `refusal` is set (one line) when mindrl cannot build it; otherwise `model_type_hf` and
+    `add_qkv_bias` are the values `ModelArchConfig` must get (`arch_section` applies them).
+    """
+
+    family: str
+    source: str
+    model_type_hf: str | None = None
+    add_qkv_bias: bool | None = None
+    refusal: str | None = None
+    notices: tuple[str, ...] = ()
+    consumed_keys: tuple[str, ...] = ()
+
+    @property
+    def supported(self) -> bool:
+        return self.refusal is None
+
+    def describe(self) -> str:
+        """One line for the dry run: the family, its source, and any resolved contradiction."""
+        if self.refusal:
+            return self.refusal
+        line = f"model family {self.family} (from {self.source})"
+        return line + "".join(f"; {n}" for n in self.notices)
+
+    def arch_section(self, section: Mapping[str, Any]) -> dict[str, Any]:
+        """`section` ready for `ModelArchConfig`: family keys consumed, family values set."""
+        if self.refusal:
+            raise ValueError(self.refusal)
+        out = {k: v for k, v in section.items() if k not in self.consumed_keys}
+        out["model_type_hf"] = self.model_type_hf
+        out["add_qkv_bias"] = self.add_qkv_bias
+        return out
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    family: str
+    what: str  # "DIR/config.json (model_type qwen2)", "model yaml qk_layernorm: true", ...
+    reason: str = ""  # what mindrl lacks, for a family it does not build
+    refusal: str | None = None  # a refusal that is not about a family (custom layer spec)
+
+    def refuse(self) -> str:
+        if self.refusal:
+            return self.refusal
+        reason = self.reason or NOT_BUILT.get(self.family, "no mapping table")
+        return (
+            f"model family {self.family} ({reason}) is not supported yet (from {self.what}); "
+            f"mindrl builds {' and '.join(BUILT)}"
+        )
+
+
+def _is_on(key: str, value: Any) -> bool:
+    if key == "expert_model_parallel_size":
+        return isinstance(value, int) and not isinstance(value, bool) and value > 1
+    return value not in (None, False, 0, "", [], {})
+
+
+def classify_hf_config(cfg: Mapping[str, Any]) -> tuple[str, str]:
+    """(family, what mindrl lacks for it) of an HF config.json dict; the reason is '' for the
+    families mindrl builds (llama, qwen2)."""
+    model_type = str(cfg.get("model_type") or "")
+    archs = [a for a in cfg.get("architectures") or () if isinstance(a, str)]
+    if (
+        "vision_config" in cfg
+        or "_vl" in model_type
+        or any(a.endswith("ForConditionalGeneration") for a in archs)
+    ):
+        return model_type or "multimodal", "multimodal: vision encoder"
+    family = model_type or next(
+        (HF_ARCHITECTURE_FAMILIES[a] for a in archs if a in HF_ARCHITECTURE_FAMILIES), ""
+    )
+    if not family:
+        return "unknown", "config.json names no model_type or known architectures"
+    if family in BUILT:
+        return family, ""
+    return family, NOT_BUILT.get(family, "no mapping table")
+
+
+def _hf_label(cfg: Mapping[str, Any]) -> str:
+    parts = []
+    if cfg.get("model_type"):
+        parts.append(f"model_type {cfg['model_type']}")
+    if isinstance(cfg.get("architectures"), list) and cfg["architectures"]:
+        parts.append(", ".join(map(str, cfg["architectures"])))
+    return ", ".join(parts) or "no model_type"
+
+
+def _hf_evidence(cfg: Mapping[str, Any], source: Path | str) -> _Evidence:
+    family, reason = classify_hf_config(cfg)
+    return _Evidence(family, f"{source} ({_hf_label(cfg)})", reason)
+
+
+def hf_config_refusal(cfg: Mapping[str, Any], source: str) -> str | None:
+    """The one-line refusal of an HF config whose family mindrl does not build, else None."""
+    evidence = _hf_evidence(cfg, source)
+    return None if evidence.family in BUILT else evidence.refuse()
+
+
+def _read_json(path: Path) -> tuple[Any, str | None]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None, f"{path} is not readable JSON ({first})"
+
+
+def _iteration_dir(folder: Path) -> Path | None:
+    """A mindrl megatron checkpoint's iteration folder (a root via its tracker, or itself)."""
+    if (folder / META_FILE).is_file():
+        return folder
+    tracker = folder / TRACKER_FILE
+    if not tracker.is_file():
+        return None
+    try:
+        text = tracker.read_text(encoding="utf-8").strip()
+        name = "release" if text == "release" else f"iter_{int(text):07d}"
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None  # the loader names a bad tracker; here there is just no record
+    return folder / name if (folder / name).is_dir() else None
+
+
+def _checkpoint_evidence(iter_dir: Path) -> _Evidence | str | None:
+    """The family a mindrl megatron checkpoint records (hf_assets/config.json, else its
+    mindrl_checkpoint.json)."""
+    assets = iter_dir / HF_ASSETS_DIR / "config.json"
+    if assets.is_file():
+        cfg, problem = _read_json(assets)
+        if problem or not isinstance(cfg, dict):
+            return problem or f"{assets} is not a JSON object"
+        return _hf_evidence(cfg, assets)
+    meta_path = iter_dir / META_FILE
+    if not meta_path.is_file():
+        return None
+    meta, problem = _read_json(meta_path)
+    if problem or not isinstance(meta, dict):
+        return problem or f"{meta_path} is not a JSON object"
+    hf_cfg = meta.get("hf_config")
+    if isinstance(hf_cfg, dict) and (hf_cfg.get("model_type") or hf_cfg.get("architectures")):
+        return _hf_evidence(hf_cfg, meta_path)
+    arch = meta.get("arch")
+    variant = arch.get("model_type_hf") if isinstance(arch, dict) else None
+    if isinstance(variant, str) and variant in HF_FAMILIES:
+        return _Evidence(HF_FAMILIES[variant], f"{meta_path} (model_type_hf {variant})")
+    return None
+
+
+def folder_evidence(folder: str | Path) -> _Evidence | str | None:
+    """What a folder says about the family: its HF config.json, or a mindrl megatron
+    checkpoint's record. None when it says nothing; a one-line problem when unreadable."""
+    path = Path(folder)
+    if not path.is_dir():
+        return None
+    config = path / "config.json"
+    if config.is_file():
+        cfg, problem = _read_json(config)
+        if problem or not isinstance(cfg, dict):
+            return problem or f"{config} is not a JSON object"
+        return _hf_evidence(cfg, config)
+    iter_dir = _iteration_dir(path)
+    return None if iter_dir is None else _checkpoint_evidence(iter_dir)
+
+
+def _key_evidence(section: Mapping[str, Any]) -> _Evidence | None:
+    """The family the yaml keys mark as one mindrl does not build (MLA, multimodal, MoE,
+    q/k layernorm, a custom layer spec), else None."""
+    on = [k for k in section if _is_marker(k) and _is_on(k, section[k])]
+    moe = [k for k in on if k in MOE_KEYS or k.startswith("moe_")]
+    spec = section.get("spec")
+    spec_text = " ".join(map(str, spec)) if isinstance(spec, (list, tuple)) else str(spec or "")
+    from_spec = f"model yaml spec: {spec_text}"
+
+    def shown(keys: Sequence[str]) -> str:
+        return "model yaml " + ", ".join(f"{k}: {_yaml(section[k])}" for k in keys)
+
+    if "multi_latent_attention" in on:
+        return _Evidence("deepseek_v3", shown(["multi_latent_attention", *moe[:1]]))
+    if "deepseek" in spec_text.lower():
+        return _Evidence("deepseek_v3", from_spec)
+    if "mm_model" in on:
+        return _Evidence("multimodal", shown(["mm_model"]), "vision encoder")
+    qk_keys = ["qk_layernorm"] if "qk_layernorm" in on else []
+    qk_norm = bool(qk_keys) or "qwen3" in spec_text.lower()
+    if moe:
+        family = "qwen3_moe" if qk_norm else "qwen2_moe" if section.get("add_qkv_bias") else "moe"
+        return _Evidence(family, shown(moe[:2] + qk_keys))
+    if qk_norm:
+        return _Evidence("qwen3", shown(qk_keys) if qk_keys else from_spec)
+    if "attention_bias" in on:
+        return _Evidence(
+            "attention_bias",
+            shown(["attention_bias"]),
+            refusal="model yaml attention_bias: true (a bias on the attention output "
+            "projection) is not supported; mindrl builds q/k/v biases only (add_qkv_bias)",
+        )
+    if spec_text:
+        return _Evidence(
+            "custom",
+            from_spec,
+            refusal=f"model yaml spec: {spec_text}: a custom layer spec is not supported; "
+            "mindrl builds megatron-core's GPT layer spec (remove spec)",
+        )
+    return None
+
+
+def _is_marker(key: str) -> bool:
+    return key in FEATURE_KEYS or key in MOE_KEYS or key.startswith("moe_")
+
+
+def _yaml(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _yaml_family(section: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """(family, source, model_type_hf variant) from `model_type_hf` / `add_qkv_bias` alone."""
+    variant = section.get("model_type_hf")
+    if variant is not None:
+        name = str(variant)
+        if name in HF_FAMILIES:
+            return HF_FAMILIES[name], f"model yaml model_type_hf: {name}", name
+        return (
+            MODEL_TYPE_HF_ALIASES.get(name.lower(), name),
+            f"model yaml model_type_hf: {name}",
+            None,
+        )
+    if section.get("add_qkv_bias") is True:
+        return "qwen2", "model yaml add_qkv_bias: true", None
+    return "llama", "default: no config.json found, no family keys in the model yaml", None
+
+
+def infer_family(
+    arch_section: Mapping[str, Any], hf_dirs: Sequence[str | Path | None] = ()
+) -> FamilyDecision:
+    """Decide the model family of `arch_section` (the model yaml's keys, as merged for a role).
+
+    `hf_dirs` are the role's folders in priority order (e.g. `load`, `tokenizer_name_or_path`;
+    None / missing / hub names are skipped): the first with an HF config.json (or a mindrl
+    megatron checkpoint record) decides and overrides `model_type_hf` / `add_qkv_bias` with a
+    notice; folders that disagree are refused. Without one, the yaml keys decide. Families
+    mindrl cannot build are refused by name.
+    """
+    section = {str(k): v for k, v in arch_section.items()}
+    consumed = tuple(k for k in section if _is_marker(k) and not _is_on(k, section[k]))
+    records: list[_Evidence] = []
+    for folder in hf_dirs:
+        found = folder_evidence(folder) if folder else None
+        if isinstance(found, str):
+            return FamilyDecision("unknown", str(folder), refusal=f"model family: {found}")
+        if found is not None:
+            records.append(found)
+    keys = _key_evidence(section)
+    if not records:
+        if keys is not None:
+            return FamilyDecision(keys.family, keys.what, refusal=keys.refuse())
+        return _decided_by_keys(section, consumed)
+    first = records[0]
+    for other in records[1:]:
+        if other.family != first.family:
+            return FamilyDecision(
+                first.family,
+                first.what,
+                refusal=f"model family: {first.what} is {first.family} but {other.what} is "
+                f"{other.family}; point load and tokenizer_name_or_path at the same model",
+            )
+    if first.family not in BUILT:
+        return FamilyDecision(first.family, first.what, refusal=first.refuse())
+    if keys is not None:
+        return FamilyDecision(
+            keys.family,
+            keys.what,
+            refusal=f"{keys.refuse()}; {first.what} is {first.family}: fix the model yaml",
+        )
+    return _resolved_by_config(section, first, consumed)
+
+
+def _resolved_by_config(
+    section: Mapping[str, Any], record: _Evidence, consumed: tuple[str, ...]
+) -> FamilyDecision:
+    """config.json decides; yaml values that disagree with it are overridden, with a notice."""
+    family, notices = record.family, []
+    variant = section.get("model_type_hf")
+    model_type_hf = family
+    if variant is not None:
+        if HF_FAMILIES.get(str(variant)) == family:
+            model_type_hf = str(variant)
+        else:
+            notices.append(f"model_type_hf: {variant} overridden: {record.what} is {family}")
+    want_bias = family == "qwen2"
+    bias = section.get("add_qkv_bias")
+    if isinstance(bias, bool) and bias is not want_bias:
+        notices.append(
+            f"add_qkv_bias: {_yaml(bias)} overridden: {record.what} is {family} "
+            f"({'with' if want_bias else 'without'} q/k/v biases)"
+        )
+    return FamilyDecision(
+        family,
+        record.what,
+        model_type_hf=model_type_hf,
+        add_qkv_bias=want_bias,
+        notices=tuple(notices),
+        consumed_keys=consumed,
+    )
+
+
+def _decided_by_keys(section: Mapping[str, Any], consumed: tuple[str, ...]) -> FamilyDecision:
+    """No config.json: `model_type_hf`, else `add_qkv_bias: true` (Qwen2), else llama."""
+    family, source, variant = _yaml_family(section)
+    if family not in BUILT:
+        if family in NOT_BUILT:
+            return FamilyDecision(family, source, refusal=_Evidence(family, source).refuse())
+        known = ", ".join(sorted({*HF_FAMILIES, *MODEL_TYPE_HF_ALIASES}))
+        return FamilyDecision(
+            family,
+            source,
+            refusal=f"model yaml model_type_hf: {family!r} is not a model family mindrl knows "
+            f"(known: {known})",
+        )
+    bias = section.get("add_qkv_bias")
+    notices = []
+    if family == "llama" and bias is True:
+        # MindSpeed-RL's converter spells Qwen2 as llama2 + --add-qkv-bias: Llama + q/k/v bias
+        notices.append(
+            f"model_type_hf: {variant} with add_qkv_bias: true is qwen2 (Llama with q/k/v biases)"
+        )
+        family, variant, source = "qwen2", None, f"{source}, add_qkv_bias: true"
+    elif family == "qwen2" and bias is False:
+        return FamilyDecision(
+            family,
+            source,
+            refusal=f"{source} with add_qkv_bias: false: Qwen2 has q/k/v biases; set "
+            "add_qkv_bias: true, or model_type_hf: llama for a model without them",
+        )
+    return FamilyDecision(
+        family,
+        source,
+        model_type_hf=variant or family,
+        add_qkv_bias=family == "qwen2",
+        notices=tuple(notices),
+        consumed_keys=consumed,
+    )

@@ -1,0 +1,165 @@
+"""`rl_config` keys of MindSpeed-RL features mindrl has not built, or does differently.
+
+DAPO's loss switches, dynamic sampling and overlong buffer, partial rollout, multi-turn tool
+calls, sequence packing / dynamic batch sizes and MindSpeed-RL's TransferDock dispatch
+settings. Refused keys name the missing feature; the others change speed or memory only and
+are warned once when set to something other than their default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mindrl.config.fates import HCCL_ENV, handed, no_effect, refused
+from mindrl.config.fields import spec
+
+DAPO_LOSS = "DAPO loss (stage ray_dapo): not built yet"
+DAPO_FILTER = refused(
+    "DAPO dynamic sampling (filter_groups): not built yet; the group filter is in "
+    "mindrl.algorithms but not wired into the trainer"
+)
+DAPO_OVERLONG = refused(
+    "DAPO overlong buffer penalty: not built yet as an rl_config switch; the same curve is the "
+    "soft_overlong verifier (soft_max_length, soft_cache_length)"
+)
+MULTI_TURN = no_effect("only multi-turn rollout reads it (multi_turn_enable: not built yet)")
+PACKING = no_effect(
+    "sequence packing / dynamic micro-batches are not built: micro-batches hold "
+    "micro_batch_size samples padded to the longest (same results, more compute)"
+)
+MULTIMODAL = no_effect("only multimodal training reads it (is_multimodal: not built yet)")
+DISPATCH = no_effect(
+    "MindSpeed-RL's TransferDock dispatch tuning: mindrl hands each worker its whole share "
+    "of the batch in one call"
+)
+
+
+@dataclass(frozen=True)
+class DapoConfig:
+    """DAPO's switches (read by MindSpeed-RL's DAPO loss / trainer only)."""
+
+    clip_higher_enable: bool = spec(
+        False,
+        fate=refused(
+            f"{DAPO_LOSS}; mindrl's own asymmetric clip is clip_ratio (lower) and "
+            "clip_ratio_high (upper, verl's epsilon_high)"
+        ),
+    )
+    clip_ratio_low: float = spec(
+        0.1, fate=refused(f"{DAPO_LOSS}; mindrl's lower clip bound is clip_ratio")
+    )
+    token_level_loss: bool = spec(
+        True, fate=refused(f"{DAPO_LOSS}; mindrl aggregates the loss by loss_agg_mode")
+    )
+    overlong_buffer_enable: bool = spec(False, fate=DAPO_OVERLONG)
+    overlong_buffer: int = spec(0, fate=DAPO_OVERLONG)
+    overlong_buffer_penalty_factor: float = spec(1.0, fate=DAPO_OVERLONG)
+    rollout_max_tokens: int = spec(
+        2048, fate=no_effect("only DAPO's overlong buffer penalty reads it (not built yet)")
+    )
+    filter_groups_enable: bool = spec(False, fate=DAPO_FILTER)
+    filter_groups_metric: str = spec("acc", fate=DAPO_FILTER)
+    filter_groups_max_batches: int = spec(1, fate=DAPO_FILTER)
+    filter_groups_train_batch_size: int = spec(1, fate=DAPO_FILTER)
+
+
+@dataclass(frozen=True)
+class RolloutModeConfig:
+    """How rollout is driven: partial rollout, the async engine, multi-turn tool calls."""
+
+    partial_rollout_max_split: int = spec(1, ge=1, fate=refused("partial rollout: not built yet"))
+    require_max_age_all_finished: bool = spec(
+        True, fate=no_effect("only partial rollout reads it (not built yet)")
+    )
+    async_engine: bool = spec(
+        False, fate=no_effect("mindrl drives vLLM's engine synchronously, one batch per call")
+    )
+    multi_turn_enable: bool = spec(
+        False, fate=refused("multi-turn tool-calling rollout: not built yet")
+    )
+    tool_config_path: str | None = spec(None, fate=MULTI_TURN)
+    tool_parser_format: str | None = spec(None, fate=MULTI_TURN)
+    tool_response_truncate_side: str | None = spec(None, fate=MULTI_TURN)
+    max_tool_calls: int = spec(0, fate=MULTI_TURN)
+    max_parallel_calls: int = spec(0, fate=MULTI_TURN)
+    max_total_response_length: int = spec(0, fate=MULTI_TURN)
+    max_tool_response_length: int = spec(0, fate=MULTI_TURN)
+
+
+@dataclass(frozen=True)
+class MicroBatchingConfig:
+    """How MindSpeed-RL cuts batches for forward passes: sizes, packing, dynamic batches."""
+
+    actor_forward_micro_batch_size: int | None = spec(
+        None,
+        fate=no_effect("the old-policy log-prob pass runs at actor_config.micro_batch_size"),
+    )
+    ref_forward_micro_batch_size: int | None = spec(
+        None, fate=no_effect("the reference log-prob pass runs at its micro_batch_size")
+    )
+    update_micro_batch_size: int | None = spec(
+        None, fate=no_effect("seed-era key: the update runs at actor_config.micro_batch_size")
+    )
+    use_remove_padding: bool = spec(False, fate=PACKING)
+    use_dynamic_bsz: bool = spec(False, fate=PACKING)
+    max_packing_token_size: int = spec(4096, fate=PACKING)
+    ref_max_packing_token_size: int = spec(4096, fate=PACKING)
+    actor_max_packing_token_size: int = spec(4096, fate=PACKING)
+    update_max_packing_token_size: int = spec(4096, fate=PACKING)
+    dynamic_max_batch_size: int | None = spec(None, fate=PACKING)
+    ref_dynamic_max_batch_size: int | None = spec(None, fate=PACKING)
+    actor_dynamic_max_batch_size: int | None = spec(None, fate=PACKING)
+    update_dynamic_max_batch_size: int | None = spec(None, fate=PACKING)
+
+
+@dataclass(frozen=True)
+class MultimodalConfig:
+    """Vision-language training (a ViT worker feeding image embeddings)."""
+
+    is_multimodal: bool = spec(
+        False, fate=refused("multimodal (vision-language) training: not built yet")
+    )
+    reuse_image_embeds: bool = spec(False, fate=MULTIMODAL)
+    colocate_actor_and_vit: bool = spec(False, fate=MULTIMODAL)
+    vit_forward_micro_batch_size: int | None = spec(None, fate=MULTIMODAL)
+
+
+@dataclass(frozen=True)
+class TransferConfig:
+    """MindSpeed-RL's data movement between workers (TransferDock / TransferQueue / ZMQ)."""
+
+    actor_rollout_dispatch_size: int | None = spec(None, fate=DISPATCH)
+    actor_logprob_dispatch_size: int | None = spec(None, fate=DISPATCH)
+    ref_dispatch_size: int | None = spec(None, fate=DISPATCH)
+    reward_dispatch_size: int | None = spec(None, fate=DISPATCH)
+    adv_dispatch_size: int | None = spec(None, fate=DISPATCH)
+    actor_update_dispatch_size: int | None = spec(None, fate=DISPATCH)
+    kl_dispatch_size: int | None = spec(None, fate=DISPATCH)
+    dynamic_sampling_dispatch_size: int | None = spec(None, fate=DISPATCH)
+    critic_update_dispatch_size: int | None = spec(None, fate=DISPATCH)
+    critic_value_dispatch_size: int | None = spec(None, fate=DISPATCH)
+    actor_image_embeds_dispatch_size: int | None = spec(None, fate=DISPATCH)
+    experience_count: int = spec(1, fate=DISPATCH, help="seed-era dispatch size")
+    experience_count_actor: int | None = spec(None, fate=DISPATCH)
+    experience_count_ref: int | None = spec(None, fate=DISPATCH)
+    experience_count_reward: int | None = spec(None, fate=DISPATCH)
+    experience_count_rule_reward: int | None = spec(None, fate=DISPATCH)
+    data_strategy: str = spec("td", fate=DISPATCH)
+    transfer_queue_data_shard_num: int = spec(1, fate=DISPATCH)
+    transfer_queue_data_shard_port_base: int | None = spec(None, fate=DISPATCH)
+    zmq_communication: bool = spec(True, fate=DISPATCH)
+    use_dp_batch_balance: bool = spec(
+        False, fate=no_effect("each DP rank gets an equal share of the samples")
+    )
+    enable_sharding_validate: bool = spec(
+        False, fate=no_effect("seed-era resharding self-check: not run by mindrl")
+    )
+    tp_split_expert: bool = spec(False, fate=refused("MoE / expert parallel: not built yet"))
+    hccl_buffersize: int = spec(256, fate=handed(HCCL_ENV, name="HCCL_BUFFSIZE"))
+    runtime_env_path: str = spec(
+        "configs/envs/runtime_env.yaml",
+        fate=no_effect(
+            "mindrl does not read MindSpeed-RL's runtime_env YAML; export its variables where Ray "
+            "starts (an embedded cluster inherits the driver's environment)"
+        ),
+    )
