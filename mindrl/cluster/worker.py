@@ -28,6 +28,15 @@ def apply_thread_budget() -> None:
         torch.set_num_threads(threads)
 
 
+def enter_driver_directory() -> None:
+    """Work in the driver's directory (`MINDRL_DRIVER_CWD`) when it exists here, so relative
+    config paths resolve as they do for the driver (a `ray start` cluster starts its workers
+    in the directory `ray start` ran in)."""
+    cwd = os.environ.get("MINDRL_DRIVER_CWD")
+    if cwd and os.path.isdir(cwd):
+        os.chdir(cwd)
+
+
 class Worker:
     """Reads its place in the group from the environment; subclasses add the real work."""
 
@@ -35,6 +44,7 @@ class Worker:
         from mindrl.logs import setup_worker_logging  # OUTPUT_DIR/logs; before vLLM loads
 
         setup_worker_logging()
+        enter_driver_directory()
         env = os.environ
         self.role = env.get("MINDRL_ROLE", "worker")
         self.rank = int(env.get("RANK", "0"))

@@ -67,6 +67,9 @@ def _worker_env(run: RunConfig, cpus: float) -> dict[str, str]:
     acc = get_accelerator(run.runtime.accelerator)
     env.update(acc.worker_env())
     env.update(handoffs(run, acc.name).env())  # e.g. hccl_buffersize -> HCCL_BUFFSIZE on NPU
+    # a joined `ray start` cluster starts workers in its own directory: relative paths in the
+    # config (./ckpt) must mean what they mean for the driver
+    env["MINDRL_DRIVER_CWD"] = os.getcwd()
     for name in ("MINDRL_ASSETS_DIR", "MINDRL_ACCELERATOR"):
         if name in os.environ:
             env[name] = os.environ[name]
