@@ -99,12 +99,7 @@ class AlgorithmConfig:
     gamma: float = spec(1.0, ge=0.0, le=1.0, fate=GAE_ONLY)
     lam: float = spec(0.95, ge=0.0, le=1.0, fate=GAE_ONLY)
     max_prompt_length: int = spec(
-        512,
-        ge=1,
-        fate=no_effect(
-            "prompts are not filtered by it (MindSpeed-RL drops longer ones): the prompt "
-            "store's seq_length bounds them; mindrl only checks it against max_model_len"
-        ),
+        512, ge=1, help="longer prompts of the store are left out of training, as in MindSpeed-RL"
     )
     dynamic_sampling: bool = spec(
         False,

@@ -98,3 +98,23 @@ class PromptDataset(Sequence[PromptRecord]):
     @property
     def seq_length(self) -> int | None:
         return self.meta.get("seq_length")
+
+
+class PromptSubset(Sequence[PromptRecord]):
+    """The prompts of a store whose length is at most `max_tokens` (MindSpeed-RL drops
+    longer ones when it builds its dataset); indices count within the subset."""
+
+    def __init__(self, dataset: PromptDataset, max_tokens: int) -> None:
+        self.dataset = dataset
+        self.keep = [i for i in range(len(dataset)) if dataset.prompt_length(i) <= max_tokens]
+        self.dropped = len(dataset) - len(self.keep)
+
+    def __len__(self) -> int:
+        return len(self.keep)
+
+    def __getitem__(self, index: int) -> PromptRecord:  # type: ignore[override]
+        return self.dataset[self.keep[index]]
+
+    def batch(self, indices: Sequence[int]) -> list[PromptRecord]:
+        return self.dataset.batch([self.keep[i] for i in indices])
+

@@ -20,6 +20,7 @@ from mindrl.rewards.sympy_safe import safe_parse_expr
 _CHOICES = ("A", "B", "C", "D", "E")
 _CHOICE = re.compile(r"\b(A|B|C|D|E)\b")
 _BRACKETED = re.compile(r"(\(|\[).+(\)|\])")
+_UNREAD_LATEX = re.compile(r"boxed|\\text|\\mathrm|\\mbox|\\in(?![a-zA-Z])")
 _DIGIT_FRAC = re.compile(r"(\d)\s*(\\[dt]?frac)")
 _PMATRIX_OPEN, _PMATRIX_CLOSE = "\\begin{pmatrix}", "\\end{pmatrix}"
 
@@ -138,17 +139,21 @@ def math_equal(prediction: str, reference: str) -> bool:
 
 def _parse_latex(text: str) -> Any:
     from latex2sympy2_extended import latex2sympy
+    from latex2sympy2_extended.latex2sympy2 import ConversionConfig
     from latex2sympy2_extended.math_normalization import NormalizationConfig
 
-    if "boxed" in text:  # MindSpeed-RL's LaTeX parser has no \boxed: such text never parses
-        raise ValueError("boxed")
-    # As MindSpeed-RL's latex2sympy2 reads them: no input rewriting, and `1\frac{1}{2}` is
-    # 1 x 1/2 (latex2sympy2_extended would read a mixed number, 3/2).
+    # Read as MindSpeed-RL's latex2sympy2 reads LaTeX: it has no \boxed; `\text{No x}` and
+    # `\mathrm{A}` are opaque symbols, equal only to the same spelling (kept as text here);
+    # no input rewriting, case kept, `x \in S` is not an equation, and `1\frac{1}{2}` is
+    # 1 x 1/2 (latex2sympy2_extended alone would read the mixed number 3/2).
+    if _UNREAD_LATEX.search(text):
+        raise ValueError("not read by MindSpeed-RL's LaTeX parser")
     plain = NormalizationConfig(
         basic_latex=False, units=False, malformed_operators=False, nits=False, boxed="none"
     )
+    literal = ConversionConfig(interpret_contains_as_eq=False, lowercase_symbols=False)
     text = _DIGIT_FRAC.sub(r"\1 \\cdot \2", text)
-    return latex2sympy(text, normalization_config=plain)
+    return latex2sympy(text, normalization_config=plain, conversion_config=literal)
 
 
 def _parse(text: str) -> Any:

@@ -25,6 +25,7 @@ from mindrl.config import ConfigError, load_run_config, resolved_yaml
 from mindrl.config.fates import handoffs
 from mindrl.config.meaning import meaning_lines
 from mindrl.config.run import RunConfig
+from mindrl.trainer.trackers import tracker_problems
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -143,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         run, raw = load_run_config(
             args.config_name, overrides, config_dir=args.config_path, local_paths=not args.dry_run
         )
+        tracker_issues = tracker_problems(run.rl.logging)  # wandb / swanlab importable, modes
+        if tracker_issues:
+            raise ConfigError(tracker_issues)
         if args.dry_run:
             warnings = dry_run_path_warnings(run)
         check = plan_for(run, raw, dry_run=args.dry_run)

@@ -19,7 +19,7 @@ from mindrl.trainer.checkpointing import CheckpointWriter, ResumePoint, find_res
 from mindrl.trainer.roles import Roles
 
 if TYPE_CHECKING:
-    from mindrl.data.dataset import PromptDataset
+    from mindrl.data.dataset import PromptSubset
     from mindrl.data.sampler import ResumableSampler
     from mindrl.rewards.scorer import RewardScorer
     from mindrl.trainer.metrics import MetricsLogger
@@ -31,7 +31,7 @@ logger = logging.getLogger("mindrl.trainer")
 class Prompts:
     """The training prompts, the order they are drawn in, and how to decode responses."""
 
-    dataset: PromptDataset
+    dataset: PromptSubset
     sampler: ResumableSampler
     tokenizer: Any  # transformers tokenizer
     pad_id: int
@@ -56,7 +56,7 @@ class Trainer:
 def load_prompts(run: RunConfig) -> Prompts:
     from transformers import AutoTokenizer
 
-    from mindrl.data.dataset import PromptDataset
+    from mindrl.data.dataset import PromptDataset, PromptSubset
     from mindrl.data.sampler import ResumableSampler
 
     data = run.actor.data
@@ -66,7 +66,21 @@ def load_prompts(run: RunConfig) -> Prompts:
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
         pad_id = tokenizer.eos_token_id or 0
-    dataset = PromptDataset(data.data_path)
+    max_prompt = run.rl.algorithm.max_prompt_length
+    dataset = PromptSubset(PromptDataset(data.data_path), max_prompt)
+    if dataset.dropped:
+        logger.warning(
+            "%d of %d prompts are longer than rl_config.max_prompt_length (%d tokens): left out",
+            dataset.dropped,
+            len(dataset.dataset),
+            max_prompt,
+        )
+    if not len(dataset):
+        from mindrl.config.errors import ConfigError
+
+        raise ConfigError(
+            f"rl_config.max_prompt_length: {max_prompt} leaves no prompt of {data.data_path}"
+        )
     sampler = ResumableSampler(
         len(dataset),
         run.actor.batch.global_batch_size,

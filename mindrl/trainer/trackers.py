@@ -39,7 +39,7 @@ DEFAULT_PROJECT = "mindrl"
 SWANLAB_MODES = ("offline", "local", "cloud", "online", "disabled")
 _INSTALL_HINT = {
     "wandb": "pip install wandb",
-    "swanlab": "pip install swanlab (it requires protobuf<7)",
+    "swanlab": "pip install swanlab; it requires protobuf<7",
 }
 
 
