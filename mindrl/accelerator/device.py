@@ -193,6 +193,9 @@ def _apply_mindspeed_adaptor() -> None:
             stacklevel=3,
         )
         return
+    from mindrl.accelerator.mindspeed_args import extend_argv_from_env
+
+    extend_argv_from_env()  # MindSpeed reads its switches from sys.argv at import
     importlib.import_module("mindspeed.megatron_adaptor")
 
 

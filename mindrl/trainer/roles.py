@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mindrl.accelerator import get_accelerator
+from mindrl.accelerator import get_accelerator, mindspeed_args
 from mindrl.cluster.placement import PlacementPlan
-from mindrl.config.fates import handoffs
+from mindrl.config.fates import MINDSPEED, handoffs
 from mindrl.config.run import RunConfig
 from mindrl.workers.facades import (
     ActorGroup,
@@ -66,7 +66,9 @@ def _worker_env(run: RunConfig, cpus: float) -> dict[str, str]:
     env = {"MINDRL_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     acc = get_accelerator(run.runtime.accelerator)
     env.update(acc.worker_env())
-    env.update(handoffs(run, acc.name).env())  # e.g. hccl_buffersize -> HCCL_BUFFSIZE on NPU
+    handed = handoffs(run, acc.name)
+    env.update(handed.env())  # e.g. hccl_buffersize -> HCCL_BUFFSIZE on NPU
+    env.update(mindspeed_args.worker_env(handed.to(MINDSPEED)))  # read by the adaptor
     # a joined `ray start` cluster starts workers in its own directory: relative paths in the
     # config (./ckpt) must mean what they mean for the driver
     env["MINDRL_DRIVER_CWD"] = os.getcwd()
