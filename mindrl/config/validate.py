@@ -228,7 +228,11 @@ def _reward_problems(run: RunConfig) -> list[str]:
                 f"{MIN_VERIFIER_MEMORY_MB}; a loaded verifier worker already holds ~70-300 MB "
                 "(0 = no cap)"
             )
-        from mindrl.rewards.registry import load_verifier_file, verifier_names
+        from mindrl.rewards.registry import (
+            load_verifier_file,
+            unsupported_verifier_reason,
+            verifier_names,
+        )
 
         for i, path in enumerate(rw.verifier_files):
             try:
@@ -240,6 +244,10 @@ def _reward_problems(run: RunConfig) -> list[str]:
         known = verifier_names()
         for i, name in enumerate(rw.verifier_function):
             if name not in known:
+                reason = unsupported_verifier_reason(name)
+                if reason is not None:
+                    out.append(f"rl_config.verifier_function[{i}]: {name!r} {reason}")
+                    continue
                 from mindrl.config.fields import suggest
 
                 out.append(
