@@ -41,15 +41,12 @@ import psutil
 
 from mindrl.cluster.processes import (
     node_processes,
+    say,
     stop_node,
     watch_driver,
 )
 
 _POLL_S = 1.0
-
-
-def _say(msg: str) -> None:
-    print(f"[mindrl.launch] {msg}", flush=True)
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -138,12 +135,12 @@ def wait_nodes(
     start = time.monotonic()
     why = wait_for_port(address, start + head_timeout_s, pid)
     if why is not None:
-        _say(f"the Ray head at {address} is not up after {head_timeout_s:g} s: {why}")
+        say(f"the Ray head at {address} is not up after {head_timeout_s:g} s: {why}")
         return 1
     with ray_connection(address):
         up = time.monotonic()
         deadline = up + timeout_s
-        _say(
+        say(
             f"head {address} up after {up - start:.0f} s; waiting up to {timeout_s:g} s for "
             f"{nodes} node(s) to join"
         )
@@ -153,16 +150,16 @@ def wait_nodes(
             names = ", ".join(sorted(_node_label(n) for n in alive)) or "none"
             if len(alive) != seen:
                 seen = len(alive)
-                _say(
+                say(
                     f"{seen} of {nodes} node(s) alive after {time.monotonic() - up:.0f} s: {names}"
                 )
             if seen >= nodes:
                 return 0
             if not _alive(pid):
-                _say(f"the head's `ray start` process (pid {pid}) exited")
+                say(f"the head's `ray start` process (pid {pid}) exited")
                 return 1
             if time.monotonic() >= deadline:
-                _say(
+                say(
                     f"only {seen} of {nodes} nodes joined after {timeout_s:g} s: alive {names}. "
                     f"Start examples/launch/worker.sh on each missing node with "
                     f"MASTER_ADDR/MASTER_PORT pointing at {address} (same Ray version, same "
@@ -199,7 +196,7 @@ def wait_placement(address: str, groups: int, timeout_s: float, prefix: str = "m
     deadline = time.monotonic() + timeout_s
     why = wait_for_port(address, deadline)
     if why is not None:
-        _say(f"no placement seen: {why}")
+        say(f"no placement seen: {why}")
         return 1
     with ray_connection(address):
         while True:
@@ -209,10 +206,10 @@ def wait_placement(address: str, groups: int, timeout_s: float, prefix: str = "m
                 print(json.dumps({"groups": snap, "nodes": nodes}), flush=True)
                 for g in snap:
                     where = ", ".join(f"#{b['index']}@{b['node_ip']}" for b in g["bundles"])
-                    _say(f"{g['name']} ({g['strategy']}): {where}")
+                    say(f"{g['name']} ({g['strategy']}): {where}")
                 return 0
             if time.monotonic() >= deadline:
-                _say(f"{len(snap)} of {groups} placement group(s) {prefix}* after {timeout_s:g} s")
+                say(f"{len(snap)} of {groups} placement group(s) {prefix}* after {timeout_s:g} s")
                 return 1
             time.sleep(0.5)
 

@@ -22,8 +22,9 @@ import psutil
 _POLL_S = 1.0
 
 
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+def say(msg: str) -> None:
+    """What the launch helpers report, on stdout (the launch scripts show it)."""
+    print(f"[mindrl.launch] {msg}", flush=True)
 
 
 # -- processes ------------------------------------------------------------------------------------
@@ -102,7 +103,7 @@ def stop_node(
         with open(record, "a", encoding="utf-8") as fh:
             fh.write("".join(row + "\n" for row in rows))
     if not procs:
-        _say("nothing to stop")
+        say("nothing to stop")
         return 0
     first = [p for p in procs if p.pid in set(roots)]
     _signal(first, signal.SIGTERM)
@@ -112,7 +113,7 @@ def stop_node(
     stubborn = alive + _wait_gone(rest, min(grace_s, 5.0))
     _signal(stubborn, signal.SIGKILL)
     left = _wait_gone(stubborn, 5.0)
-    _say(
+    say(
         f"stopped {len(procs)} process(es)"
         + (f", {len(stubborn)} with SIGKILL" if stubborn else "")
         + (f"; still alive: {[p.pid for p in left]}" if left else "")
