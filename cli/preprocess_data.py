@@ -61,12 +61,12 @@ def main(argv: list[str] | None = None) -> int:
             args.config_name, args.config_dir, args.overrides, flags, check_paths=True
         )
     except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
         run_preprocess(config)
     except ConfigError as exc:  # found once the run starts (e.g. reasoning-gym names)
-        print(f"config error: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     except PreprocessError as exc:
         print(exc.report.summary(), file=sys.stderr)

@@ -203,7 +203,7 @@ def test_preprocess_output_prefix_that_cannot_be_written(tmp_path, tokenizer_dir
     proc = _run_preprocess(*_preprocess_args(tokenizer_dir, path, blocker / "store"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        f"error: output_prefix: cannot create {blocker / 'store'}: {blocker} is a file, "
+        f"error: invalid config: output_prefix: cannot create {blocker / 'store'}: {blocker} is a file, "
         "not a folder"
     ]
     # a folder that is not a prompt store is never overwritten
