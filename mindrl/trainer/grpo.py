@@ -21,9 +21,10 @@ from mindrl.config.run import RunConfig
 from mindrl.trainer.advantage_step import compute_step_advantages, uses_kl_in_reward
 from mindrl.trainer.metrics import Timer
 from mindrl.trainer.rollout_step import generate_batch, step_sampling
-from mindrl.trainer.scoring import Scored, score_with_reward_model, score_with_verifiers
+from mindrl.trainer.scoring import Scored, score_batch
 from mindrl.trainer.setup import Trainer
 from mindrl.trainer.step_metrics import step_metrics
+from mindrl.trainer.validation import validate, validation_due
 from mindrl.trainer.weight_sync import sync_weights
 
 logger = logging.getLogger("mindrl.trainer")
@@ -37,14 +38,6 @@ def recomputes_old_log_probs(run: RunConfig) -> bool:
     if alg.recompute_old_log_prob == "always" or run.optimizer_steps_per_rl_step > 1:
         return True
     return uses_kl_in_reward(alg)
-
-
-def score(t: Trainer, batch: Any) -> Scored:
-    if t.roles.reward is not None:  # rule_reward: false -> the reward model scores
-        return score_with_reward_model(batch, t.roles.reward)
-    assert t.scorer is not None
-    max_tokens = t.run.generate.sampling_config.max_tokens
-    return score_with_verifiers(batch, t.scorer, t.prompts.tokenizer, max_tokens)
 
 
 def grpo_step(
@@ -61,7 +54,7 @@ def grpo_step(
             )
         between_phases()
         with timer("reward"):
-            scored = score(t, batch)
+            scored = score_batch(t, batch)
         between_phases()
         with timer("ref"):
             ref_lp = roles.ref.log_probs(batch) if roles.ref is not None else None
@@ -109,12 +102,11 @@ class Progress:
 def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progress) -> None:
     """Validation before training if asked, the steps, checkpoints, the final export."""
     from mindrl.trainer.checkpointing import export_final
-    from mindrl.trainer.validation import validate, validation_due
 
     loop = t.run.rl.loop
     progress.completed = t.start_step
     if loop.val_before_train or loop.val_only:
-        _log_validation(t, t.start_step, validate)
+        _log_validation(t, t.start_step)
     if loop.val_only:
         return
     for step in range(t.start_step, t.total_steps):
@@ -127,11 +119,11 @@ def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progres
         if t.checkpoints.due(step + 1):
             t.checkpoints.save(step + 1, t.roles.actor, run_state_now(t, step + 1))
         if validation_due(t, step + 1):
-            _log_validation(t, step + 1, validate)
+            _log_validation(t, step + 1)
     export_final(t.run, t.roles.actor)
 
 
-def _log_validation(t: Trainer, step: int, validate: Callable[[Trainer, int], Any]) -> None:
+def _log_validation(t: Trainer, step: int) -> None:
     out = validate(t, step)
     if out is not None:
         t.metrics.log(step, out)

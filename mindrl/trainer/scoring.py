@@ -15,6 +15,7 @@ from mindrl.data.batch import SampleBatch
 
 if TYPE_CHECKING:
     from mindrl.rewards.scorer import RewardScorer
+    from mindrl.trainer.setup import Trainer
     from mindrl.workers.facades import RewardModelGroup
 
 
@@ -58,3 +59,12 @@ def score_with_verifiers(
 def score_with_reward_model(batch: SampleBatch, reward_model: RewardModelGroup) -> Scored:
     scores = reward_model.scores(batch)
     return Scored(scores, {"reward_model/mean": float(scores.mean())})
+
+
+def score_batch(t: Trainer, batch: SampleBatch) -> Scored:
+    """The reward model when there is one (rule_reward: false), else the rule verifiers."""
+    if t.roles.reward is not None:
+        return score_with_reward_model(batch, t.roles.reward)
+    assert t.scorer is not None
+    max_tokens = t.run.generate.sampling_config.max_tokens
+    return score_with_verifiers(batch, t.scorer, t.prompts.tokenizer, max_tokens)

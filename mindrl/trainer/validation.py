@@ -18,7 +18,7 @@ def validation_due(t: Trainer, step: int) -> bool:
 def validate(t: Trainer, step: int) -> dict[str, float] | None:
     """`val/score` and the per-verifier means on `rl_config.val_data_path` (None without it)."""
     from mindrl.data.dataset import PromptDataset
-    from mindrl.trainer.scoring import score_with_reward_model, score_with_verifiers
+    from mindrl.trainer.scoring import score_batch
 
     path = t.run.rl.loop.val_data_path
     if not path:
@@ -31,12 +31,7 @@ def validate(t: Trainer, step: int) -> dict[str, float] | None:
     batch = generate_batch(
         t.roles.generator, records, step_sampling(t.run, step, validation=True), t.prompts.pad_id
     )
-    if t.roles.reward is not None:
-        scored = score_with_reward_model(batch, t.roles.reward)
-    else:
-        assert t.scorer is not None
-        max_tokens = t.run.generate.sampling_config.max_tokens
-        scored = score_with_verifiers(batch, t.scorer, t.prompts.tokenizer, max_tokens)
+    scored = score_batch(t, batch)
     out = {"val/score": float(scored.scores.mean())}
     out.update({f"val/{k}": v for k, v in scored.metrics.items() if k.endswith("_rewards/mean")})
     return out
