@@ -95,16 +95,42 @@ def apply_cpu_shims() -> None:
         if not isinstance(module.torch, _CpuTorchView):
             module.torch = _CpuTorchView(module.torch)
     clip_grads.clip_grad_by_total_norm_fp32 = _clip_grad_by_total_norm_cpu
+    _patch_checkpoint_rng()
     if hasattr(optimizer_mod, "clip_grad_by_total_norm_fp32"):
         optimizer_mod.clip_grad_by_total_norm_fp32 = _clip_grad_by_total_norm_cpu
     _APPLIED = True
 
 
+def _cpu_rng_state(*_args: Any, **_kwargs: Any) -> Any:
+    import torch
+
+    return torch.get_rng_state()
+
+
+def _set_cpu_rng_state(new_state: Any, *_args: Any, **_kwargs: Any) -> None:
+    import torch
+
+    torch.set_rng_state(new_state)
+
+
+def _patch_checkpoint_rng() -> None:
+    """Activation recompute (`tensor_parallel.random.CheckpointFunction`, megatron's
+    `checkpoint`) saves and restores the device RNG through `_get_cuda_rng_state` /
+    `_set_cuda_rng_state` so a recomputed forward draws the same dropout masks; on CPU the
+    device generator is the CPU one."""
+    import megatron.core.tensor_parallel.random as mp_random
+
+    mp_random._get_cuda_rng_state = _cpu_rng_state
+    mp_random._set_cuda_rng_state = _set_cpu_rng_state
+
+
 @contextlib.contextmanager
 def tensor_cuda_is_identity(active: bool) -> Iterator[None]:
-    """While building a model on CPU: `LanguageModule.setup_embeddings_and_output_layer`
-    calls `weight.data.cuda()` on the tied output-layer copy before all-reducing it over the
-    embedding group when PP > 1; keep the tensor where it is."""
+    """`tensor.cuda()` keeps a CPU tensor where it is, for the two megatron calls that move
+    tensors to the device unconditionally: `LanguageModule.setup_embeddings_and_output_layer`
+    (the tied output-layer copy, before all-reducing it over the embedding group when PP > 1,
+    while a model is built) and `DistributedOptimizer.get_parameter_state_dp_zero` (the
+    optimizer shards, before gathering them for a checkpoint)."""
     if not active:
         yield
         return
@@ -164,3 +190,72 @@ def seed_megatron_if_initialized(seed: int) -> None:
     if "force_reset_rng" in params:
         kwargs["force_reset_rng"] = True
     model_parallel_cuda_manual_seed(seed, **kwargs)
+
+
+class SequenceParallelTorchNorm:
+    """The local layer spec's norm under sequence parallelism.
+
+    Covers `megatron.core.transformer.torch_norm.WrappedTorchNorm.__new__`, which asserts
+    `not config.sequence_parallel` (megatron expects TE's or apex's norm there; neither exists
+    on CPU). A norm over the hidden dimension is per token, so it is exact on a sequence
+    shard; its weight then gets a different gradient on each TP rank, which megatron's
+    `finalize_model_grads` all-reduces over TP for parameters marked `sequence_parallel`,
+    as TE's and apex's norms mark theirs.
+    """
+
+    def __new__(cls, config: Any, hidden_size: int, eps: float = 1e-5, **_unused: Any) -> Any:
+        import torch
+
+        norms = {"RMSNorm": torch.nn.RMSNorm, "LayerNorm": torch.nn.LayerNorm}
+        if config.normalization not in norms:
+            raise ValueError(f"no sequence-parallel torch norm for {config.normalization}")
+        norm = norms[config.normalization](hidden_size, eps=eps)
+        for param in norm.parameters():
+            param.sequence_parallel = True
+        return norm
+
+
+def gloo_pipeline_overrides() -> dict[str, Any]:
+    """TransformerConfig fields for pipelines over gloo.
+
+    megatron's batched point-to-point (`batch_p2p_comm`, `_batched_p2p_ops`) posts sends to
+    the previous and the next stage in one batch; at PP 2 both are the same peer, and gloo
+    matches messages between a pair of ranks by posting order, so under the interleaved
+    (virtual pipeline) schedule an activation can land in a gradient's buffer (same shape,
+    silently wrong). The unbatched `_p2p_ops` orders even / odd ranks and, at PP 2, puts the
+    two directions on different groups, which gloo matches correctly.
+    """
+    return {"batch_p2p_comm": False}
+
+
+def patch_distributed_optimizer_step_state() -> None:
+    """Loading the distributed optimizer's state with torch's Adam (no apex / TE).
+
+    Covers `DistributedOptimizer._set_main_param_and_optimizer_states`: it copies every key of
+    the optimizer's per-parameter state from the loaded tensors, but torch's Adam keeps a
+    `step` there that the loaders (`load_parameter_state_from_fully_reshardable`,
+    `..._fs_model_space`) leave out on purpose (`load_state_dict` restores the step from the
+    param groups), so every load fails with `KeyError: 'step'`. The step is set aside while
+    the other tensors are copied. Idempotent; needed on any device without apex / TE.
+    """
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    original = DistributedOptimizer._set_main_param_and_optimizer_states
+    if getattr(original, "_mindrl_keeps_step", False):
+        return
+
+    def set_states(self: Any, model_param: Any, tensors: dict[str, Any]) -> None:
+        if "step" in tensors or self.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
+            original(self, model_param, tensors)
+            return
+        group, order = self.model_param_group_index_map[model_param]
+        state = self.optimizer.state[self.optimizer.param_groups[group]["params"][order]]
+        step = state.pop("step", None)
+        try:
+            original(self, model_param, tensors)
+        finally:
+            if step is not None:
+                state["step"] = step
+
+    set_states._mindrl_keeps_step = True  # type: ignore[attr-defined]
+    DistributedOptimizer._set_main_param_and_optimizer_states = set_states

@@ -150,9 +150,7 @@ def wait_nodes(
             names = ", ".join(sorted(_node_label(n) for n in alive)) or "none"
             if len(alive) != seen:
                 seen = len(alive)
-                say(
-                    f"{seen} of {nodes} node(s) alive after {time.monotonic() - up:.0f} s: {names}"
-                )
+                say(f"{seen} of {nodes} node(s) alive after {time.monotonic() - up:.0f} s: {names}")
             if seen >= nodes:
                 return 0
             if not _alive(pid):

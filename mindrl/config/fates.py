@@ -72,6 +72,7 @@ class Handed(Fate):
     kind: ClassVar[str] = "handed"
     to: tuple[Target, ...] = ()
     name: str | None = None
+    cpu_refusal: str = ""  # set: a value other than the default is refused on CPU, with this
 
     def on(self, backend: str) -> tuple[Target, ...]:
         return tuple(t for t in self.to if t.backend == backend)
@@ -107,8 +108,8 @@ def honoured(via: str = "") -> Honoured:
     return Honoured(via) if via else HONOURED
 
 
-def handed(*to: Target, name: str | None = None) -> Handed:
-    return Handed(tuple(to), name)
+def handed(*to: Target, name: str | None = None, cpu_refusal: str = "") -> Handed:
+    return Handed(tuple(to), name, cpu_refusal)
 
 
 def no_effect(reason: str) -> NoEffect:
@@ -270,11 +271,16 @@ def handoffs(config: Any, backend: str) -> Handoffs:
 
     A handed key is passed on its targets' backend whatever its value (as MindSpeed-RL passes
     every megatron argument); on a backend without a target, a value other than the default
-    is warned once ("no effect on cpu").
+    is warned once ("no effect on cpu"), or, for a key whose fate carries a `cpu_refusal`
+    (MindSpeed's memory switches and fused kernels: nothing on CPU does what they promise),
+    refused on CPU with that reason.
     """
+    from mindrl.config.errors import ConfigError
+
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     values: dict[str, dict[str, Any]] = {}
+    refusals: list[str] = []
     for path, owner, f, value in walk(config):
         fate = fate_of(f)
         if not isinstance(fate, Handed):
@@ -282,11 +288,15 @@ def handoffs(config: Any, backend: str) -> Handoffs:
         targets = fate.on(backend)
         for t in targets:
             values.setdefault(t.name, {}).setdefault(fate.name or f.name, value)
-        if not targets and not is_default(f, value):
+        if not targets and not is_default(f, value) and backend == "cpu" and fate.cpu_refusal:
+            refusals.append(f"{path}: {shown(value)} is refused on cpu: {fate.cpu_refusal}")
+        elif not targets and not is_default(f, value):
             warn_once(
                 f"{owner.__name__}.{f.name}",
                 f"{path}: {shown(value)} has no effect on {backend}: {fate.describe()}",
             )
+    if refusals:
+        raise ConfigError(refusals)
     return Handoffs(backend, values)
 
 

@@ -22,6 +22,11 @@ from mindrl.config.megatron_runtime import MegatronLoopConfig, MemoryConfig
 from mindrl.config.model_arch import ModelArchConfig
 
 CONTEXT_PARALLEL = "context parallel is not built yet"
+MINDSPEED_KERNEL = handed(
+    MINDSPEED,
+    cpu_refusal="MindSpeed's fused NPU kernel; mindrl builds megatron-core's unfused path on "
+    "CPU (set it false)",
+)
 UNFUSED = no_effect(
     "mindrl builds the unfused megatron-core path (identical numerics on every device)"
 )
@@ -33,18 +38,13 @@ class ParallelConfig:
     pipeline_model_parallel_size: int = spec(1, ge=1)
     sequence_parallel: bool = spec(
         False,
-        fate=no_effect(
-            "sequence parallelism is not built yet: activations are replicated across TP ranks "
-            "(same results, more memory)"
-        ),
+        help="megatron's sequence parallelism: norms / dropout activations split over TP "
+        "(needs TP > 1; a warning and no effect at TP 1)",
     )
     use_distributed_optimizer: bool = spec(
         False,
-        help="megatron's ZeRO-1 optimizer: accepted, not used yet (the replicated optimizer runs; logged)",
-        fate=no_effect(
-            "the distributed (ZeRO-1) optimizer is not built yet: every DP rank holds the whole "
-            "optimizer state (same results, more memory)"
-        ),
+        help="megatron's distributed (ZeRO-1) optimizer: fp32 master weights and Adam state "
+        "sharded over DP; its checkpoints resume at another DP size",
     )
     distributed_backend: str = spec(
         "auto",
@@ -60,7 +60,10 @@ class ParallelConfig:
     use_cp_send_recv_overlap: bool = spec(False, fate=no_effect(CONTEXT_PARALLEL))
     use_fused_ring_attention_update: bool = spec(False, fate=no_effect(CONTEXT_PARALLEL))
     num_layers_per_virtual_pipeline_stage: int | None = spec(
-        None, fate=refused("virtual pipeline parallel: not built yet")
+        None,
+        ge=1,
+        help="virtual pipeline (interleaved 1F1B): layers per model chunk; each PP rank holds "
+        "num_layers / (PP x this) chunks",
     )
     num_layer_list: str | int | None = spec(
         None, fate=refused("uneven pipeline stages (num_layer_list): not built yet")
@@ -249,10 +252,10 @@ class KernelConfig:
     switches have no effect.
     """
 
-    use_fused_rmsnorm: bool = spec(False, fate=handed(MINDSPEED))
+    use_fused_rmsnorm: bool = spec(False, fate=MINDSPEED_KERNEL)
     use_flash_attn: bool = spec(False, fate=handed(MINDSPEED))
-    use_fused_swiglu: bool = spec(False, fate=handed(MINDSPEED))
-    use_fused_rotary_pos_emb: bool = spec(False, fate=handed(MINDSPEED))
+    use_fused_swiglu: bool = spec(False, fate=MINDSPEED_KERNEL)
+    use_fused_rotary_pos_emb: bool = spec(False, fate=MINDSPEED_KERNEL)
     shape_order: str = spec("SBH", fate=handed(MINDSPEED))
     use_ascend_coc: bool = spec(False, fate=handed(MINDSPEED))
     coc_mode: int = spec(-1, fate=handed(MINDSPEED))

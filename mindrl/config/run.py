@@ -46,6 +46,12 @@ class RuntimeConfig:
         help="torch threads per worker; default: its bundle's CPUs. On a CPU box "
         "roles that run one after another may each use every core",
     )
+    device_memory_gb: float | None = spec(
+        None,
+        gt=0,
+        help="memory of one device in GiB for the memory plan; default: 64 on npu (Ascend "
+        "910B), 80 on cuda (H100), the host's RAM on cpu",
+    )
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from mindrl.config.errors import ConfigError
 from mindrl.config.rl import MIN_VERIFIER_MEMORY_MB, AlgorithmConfig
 from mindrl.config.role import ROLE_NAMES, RoleConfig
 from mindrl.config.run import RunConfig
+from mindrl.config.scale_rules import scale_problems
 from mindrl.config.writable import unwritable_reason
 
 
@@ -57,6 +58,7 @@ def _role_layout_problems(role: RoleConfig, resource_key: str) -> list[str]:
         out.append(f"{sec}.bf16: bf16 and fp16 are both true; choose one")
     if role.optim.min_lr > role.optim.lr and role.optim.lr_decay_style != "constant":
         out.append(f"{sec}.min_lr: {role.optim.min_lr} is above lr ({role.optim.lr})")
+    out.extend(scale_problems(role))
     return out
 
 

@@ -89,6 +89,13 @@ def micro_batch_size(configured: int, batch_size: int) -> int:
     return mbs
 
 
+def pad_columns_to_multiple(batch: SampleBatch, multiple: int) -> SampleBatch:
+    """`batch` right-padded (no tokens, no response) to a width that is a multiple of
+    `multiple` (sequence parallelism splits the sequence over the TP ranks)."""
+    width = batch.input_ids.shape[1]
+    return _pad_cols(batch, -(-width // multiple) * multiple)
+
+
 def _pad_cols(batch: SampleBatch, seq: int) -> SampleBatch:
     extra = seq - batch.input_ids.shape[1]
     if extra == 0:

@@ -117,4 +117,3 @@ class PromptSubset(Sequence[PromptRecord]):
 
     def batch(self, indices: Sequence[int]) -> list[PromptRecord]:
         return self.dataset.batch([self.keep[i] for i in indices])
-

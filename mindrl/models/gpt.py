@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mindrl.accelerator import get_accelerator
-from mindrl.accelerator.megatron_shims import tensor_cuda_is_identity
+from mindrl.accelerator.megatron_shims import gloo_pipeline_overrides, tensor_cuda_is_identity
 from mindrl.config.model_arch import ModelArchConfig
 from mindrl.models.dtypes import dtype_short_name, torch_dtype
 
@@ -127,8 +127,15 @@ def transformer_config_from_arch(
     return TransformerConfig(**_filter_fields(TransformerConfig, kwargs))
 
 
-def layer_spec(config: TransformerConfig, use_te: bool | None = None) -> Any:
-    """The TE layer spec where transformer_engine is installed (or use_te=True), else local."""
+def layer_spec(
+    config: TransformerConfig, use_te: bool | None = None, vp_stage: int | None = None
+) -> Any:
+    """The TE layer spec where transformer_engine is installed (or use_te=True), else local.
+
+    Under sequence parallelism the local spec's torch norms are swapped for
+    `SequenceParallelTorchNorm` (megatron's own refuses SP), in every layer of this rank's
+    chunk and in the block's final norm.
+    """
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
     if use_te is None:
@@ -137,8 +144,30 @@ def layer_spec(config: TransformerConfig, use_te: bool | None = None) -> Any:
         return specs.get_gpt_layer_with_transformer_engine_spec()
     fn = specs.get_gpt_layer_local_spec
     if "normalization" in inspect.signature(fn).parameters:
-        return fn(normalization=config.normalization)
-    return fn()
+        spec = fn(normalization=config.normalization)
+    else:
+        spec = fn()
+    if not config.sequence_parallel:
+        return spec
+    from megatron.core.transformer.transformer_block import (
+        TransformerBlockSubmodules,
+        get_num_layers_to_build,
+    )
+
+    from mindrl.accelerator.megatron_shims import SequenceParallelTorchNorm
+
+    layer = dataclasses.replace(
+        spec,
+        submodules=dataclasses.replace(
+            spec.submodules,
+            input_layernorm=SequenceParallelTorchNorm,
+            pre_mlp_layernorm=SequenceParallelTorchNorm,
+        ),
+    )
+    count = get_num_layers_to_build(config, vp_stage=vp_stage)
+    return TransformerBlockSubmodules(
+        layer_specs=[layer] * count, layer_norm=SequenceParallelTorchNorm
+    )
 
 
 def build_gpt_model(
@@ -167,6 +196,8 @@ def build_gpt_model(
     tp = ps.get_tensor_model_parallel_world_size()
     pp = ps.get_pipeline_model_parallel_world_size()
     validate_parallel_layout(arch, tp, pp)
+    if acc.dist_backend == "gloo":
+        config_overrides = {**gloo_pipeline_overrides(), **(config_overrides or {})}
     config = transformer_config_from_arch(
         arch,
         tensor_parallel_size=tp,
@@ -186,7 +217,7 @@ def build_gpt_model(
     post_process = last if post_process is None else post_process
     kwargs: dict[str, Any] = dict(
         config=config,
-        transformer_layer_spec=layer_spec(config, use_te),
+        transformer_layer_spec=layer_spec(config, use_te, vp_stage),
         vocab_size=arch.padded_vocab_size(tp),
         max_sequence_length=arch.max_position_embeddings,
         pre_process=pre_process,

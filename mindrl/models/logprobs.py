@@ -115,9 +115,34 @@ def gather_vocab_parallel_logits(
     return logits if vocab_size is None else logits[..., :vocab_size]
 
 
-def micro_selection(response_mask: torch.Tensor) -> TokenSelection:
+def sequence_multiple(model_chunks: Sequence[Any]) -> int:
+    """What every model input length must be a multiple of: the TP size under sequence
+    parallelism (the sequence is split over the TP ranks), else 1."""
+    from megatron.core import parallel_state as ps
+
+    from mindrl.models.gpt import unwrap_model
+
+    if not getattr(unwrap_model(model_chunks[0]).config, "sequence_parallel", False):
+        return 1
+    return ps.get_tensor_model_parallel_world_size()
+
+
+def pad_columns(t: torch.Tensor, width: int) -> torch.Tensor:
+    """`t` [B, S] right-padded with zeros to `width` columns."""
+    import torch
+
+    extra = width - t.shape[1]
+    return t if extra <= 0 else torch.nn.functional.pad(t, (0, extra))
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def micro_selection(response_mask: torch.Tensor, multiple: int = 1) -> TokenSelection:
     """The cells of one micro-batch whose log-probs are needed. Without pipeline parallelism
-    the grid (and so the model input) is cut after the last needed column; the pipeline's
+    the grid (and so the model input) is cut after the last needed column, rounded up to
+    `multiple` (sequence parallelism; the caller pads the batch to a multiple); the pipeline's
     point-to-point buffers need one sequence length for every micro-batch, so with PP the
     full length is kept."""
     from dataclasses import replace
@@ -129,7 +154,8 @@ def micro_selection(response_mask: torch.Tensor) -> TokenSelection:
     selection = TokenSelection.from_mask(response_mask)
     if ps.model_parallel_is_initialized() and ps.get_pipeline_model_parallel_world_size() > 1:
         return selection
-    return replace(selection, seq=selection.last_column() + 2)
+    seq = min(round_up(selection.last_column() + 2, multiple), selection.seq)
+    return replace(selection, seq=seq)
 
 
 def forward_only(
@@ -163,7 +189,8 @@ def forward_only(
         raise ValueError(f"output must be 'log_probs' or 'logits', not {output!r}")
     chunks = list(model_chunks) if isinstance(model_chunks, (list, tuple)) else [model_chunks]
     device = next(chunks[0].parameters()).device
-    batch, seq = input_ids.shape
+    batch, asked_seq = input_ids.shape
+    seq = round_up(asked_seq, sequence_multiple(chunks))
     mbs = micro_batch_size or batch
     if batch % mbs:
         raise ValueError(f"batch size {batch} is not a multiple of micro_batch_size {mbs}")
@@ -173,11 +200,16 @@ def forward_only(
     attention_mask = attention_mask.to(device)
     if output == "log_probs" and response_mask is None:
         response_mask = attention_mask[:, 1:]
+    if seq != asked_seq:
+        input_ids, attention_mask = pad_columns(input_ids, seq), pad_columns(attention_mask, seq)
+        if response_mask is not None:
+            response_mask = pad_columns(response_mask, seq - 1)
+    multiple = sequence_multiple(chunks)
     micro_batches = []
     for i in range(0, batch, mbs):
         length, selection = seq, None
         if output == "log_probs":
-            selection = micro_selection(response_mask[i : i + mbs].to(device))
+            selection = micro_selection(response_mask[i : i + mbs].to(device), multiple)
             length = selection.seq
         m = attention_mask[i : i + mbs, :length]
         micro_batches.append(
@@ -235,4 +267,4 @@ def forward_only(
             src=ps.get_pipeline_model_parallel_last_rank(),
             group=ps.get_pipeline_model_parallel_group(),
         )
-    return result
+    return result[:, : asked_seq - 1] if output == "log_probs" else result[:, :asked_seq]

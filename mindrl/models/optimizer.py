@@ -25,23 +25,25 @@ class TrainingOptimizer:
     scheduler: Any  # megatron.core.optimizer_param_scheduler.OptimizerParamScheduler
 
 
-def wrap_for_training(model: Any) -> Any:
-    """megatron's DDP around `model`, with grads reduced in fp32; the schedule's
-    `finalize_model_grads` all-reduces grads over DP (and ties embeddings across PP)."""
-    from megatron.core.distributed import (
-        DistributedDataParallel,
-        DistributedDataParallelConfig,
-        finalize_model_grads,
-    )
+def wrap_for_training(model: Any, cfg: RoleConfig, chunk_index: int = 0) -> Any:
+    """megatron's DDP around one model chunk (`models/scale.py` says how: fp32 grad reduction,
+    distributed-optimizer buffers, overlap); the schedule's `finalize_model_grads` reduces
+    grads over DP (and ties embeddings across PP). As megatron's `get_model` does, only the
+    first chunk of a virtual pipeline buckets its gradients."""
+    from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
+
+    from mindrl.models.scale import ddp_config
 
     model.train()
     ddp = DistributedDataParallel(
-        model.config,
-        DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=False),
-        model,
+        model.config, ddp_config(cfg), model, disable_bucketing=chunk_index > 0
     )
     model.config.finalize_model_grads_func = finalize_model_grads
     return ddp
+
+
+def _per_chunk(funcs: list[Any]) -> Any:
+    return funcs[0] if len(funcs) == 1 else funcs
 
 
 def build_optimizer(
@@ -55,11 +57,6 @@ def build_optimizer(
     from mindrl.accelerator.megatron_shims import cuda_tensor_type_names
 
     o, p = cfg.optim, cfg.precision
-    if cfg.parallel.use_distributed_optimizer:
-        logger.warning(
-            "use_distributed_optimizer is not used: mindrl builds megatron's DDP with a "
-            "replicated optimizer (the distributed optimizer does not run on CPU)"
-        )
     opt_cfg = OptimizerConfig(
         optimizer="adam",
         lr=o.lr,
@@ -73,12 +70,19 @@ def build_optimizer(
         fp16=p.fp16,
         params_dtype=torch_dtype(p.params_dtype),
         initial_loss_scale=o.initial_loss_scale,
-        use_distributed_optimizer=False,
+        use_distributed_optimizer=cfg.parallel.use_distributed_optimizer,
     )
     with cuda_tensor_type_names(on_cpu):
         optimizer = get_megatron_optimizer(opt_cfg, model_chunks)
     for chunk in model_chunks:
         chunk.config.grad_scale_func = optimizer.scale_loss
+        if cfg.memory.overlap_grad_reduce:
+            # the schedule starts / finishes the overlapped bucket reductions (as megatron's
+            # training loop sets them: one callable per chunk, a bare one for one chunk)
+            chunk.config.no_sync_func = _per_chunk([c.no_sync for c in model_chunks])
+            chunk.config.grad_sync_func = _per_chunk([c.start_grad_sync for c in model_chunks])
+        if cfg.memory.overlap_param_gather:
+            chunk.config.param_sync_func = _per_chunk([c.start_param_sync for c in model_chunks])
     total = max(total_steps, 1)
     warmup = o.lr_warmup_iters or int(o.lr_warmup_fraction * total)
     scheduler = OptimizerParamScheduler(

@@ -87,6 +87,7 @@ def init_parallel(
     pipeline_parallel_size: int = 1,
     *,
     accelerator: str = "auto",
+    virtual_pipeline_size: int | None = None,
     rank: int | None = None,
     world_size: int | None = None,
     local_rank: int | None = None,
@@ -101,6 +102,7 @@ def init_parallel(
     environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). An existing default
     process group (Ray worker, vLLM colocation) is reused and left alone by `destroy_parallel`.
     If parallel_state is already initialised with the same TP/PP it is reused as is.
+    `virtual_pipeline_size`: model chunks per pipeline rank (the interleaved schedule).
     """
     import torch.distributed as dist
     from megatron.core import parallel_state
@@ -148,6 +150,7 @@ def init_parallel(
         parallel_state.initialize_model_parallel(
             tensor_model_parallel_size=tensor_parallel_size,
             pipeline_model_parallel_size=pipeline_parallel_size,
+            virtual_pipeline_model_parallel_size=virtual_pipeline_size,
         )
     if seed is not None:
         acc.seed(seed)

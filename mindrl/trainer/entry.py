@@ -1,4 +1,4 @@
-"""`cli/train_grpo.py`: parse, compose + validate the config, plan placement, then run.
+"""`cli/train_grpo.py`: parse, compose + validate the config, plan placement and memory, then run.
 
 Hydra's own `@hydra.main` would reject `--dry-run` and change the working directory, so the
 command line is parsed here and composed with Hydra's compose API: `--config-name NAME`,
@@ -25,6 +25,7 @@ from mindrl.config import ConfigError, load_run_config, resolved_yaml
 from mindrl.config.fates import handoffs
 from mindrl.config.meaning import meaning_lines
 from mindrl.config.run import RunConfig
+from mindrl.planning import plan_memory
 from mindrl.trainer.trackers import tracker_problems
 
 
@@ -41,7 +42,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="compose, validate and print the config and placement plan; start nothing. "
+        help="compose, validate and print the config, placement plan and memory plan; start "
+        "nothing. "
         "Runs anywhere: it plans for the accelerator the config targets and only warns about "
         "input paths missing here",
     )
@@ -159,12 +161,17 @@ def main(argv: list[str] | None = None) -> int:
         print(check.plan.describe())
         for line in meaning_lines(run):
             print(line)
+        memory = plan_memory(run, acc.name)  # per role and device, against its memory
+        print(memory.describe())
+        warnings.extend(memory.warnings)
         handoffs(run, acc.name)  # warns once for keys only another backend honours
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
         problems = check.fit_problems()
         if problems:
             raise ConfigError(problems)
+        if memory.problems:  # after the placement: a plan without its devices is moot
+            raise ConfigError(list(memory.problems))
     except (ConfigError, AcceleratorError, RayConnectError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -35,10 +35,10 @@ class ActorWorker(MegatronModelWorker):
         self.hybrid: HybridEngine | None = None
 
     # -- set-up -----------------------------------------------------------------------------
-    def wrap_model(self, model: Any) -> Any:
+    def wrap_model(self, model: Any, chunk_index: int) -> Any:
         from mindrl.models.optimizer import wrap_for_training
 
-        return wrap_for_training(model)
+        return wrap_for_training(model, self.cfg, chunk_index)
 
     def init_model(self, resume_dir: str | None = None) -> dict[str, int]:
         from mindrl.accelerator import get_accelerator
@@ -136,8 +136,11 @@ class ActorWorker(MegatronModelWorker):
         )
         save_model_shards(self.model_chunks, iter_dir, info)
         opt, updater, ckpt = self._opt(), self._updater(), cfg.ckpt
+        optimizer_state = None
+        if not ckpt.no_save_optim:
+            optimizer_state = self._save_optimizer_state(iter_dir)
         state = RankTrainState(
-            optimizer=None if ckpt.no_save_optim else opt.optimizer.state_dict(),
+            optimizer=optimizer_state,
             scheduler=None if ckpt.no_save_optim else opt.scheduler.state_dict(),
             skipped_updates=updater.skipped_updates,
             rng=None if ckpt.no_save_rng else RngState.capture(),
@@ -160,11 +163,42 @@ class ActorWorker(MegatronModelWorker):
         state.require(load_optim=load_optim, load_rng=load_rng)
         if load_optim:
             opt = self._opt()
-            opt.optimizer.load_state_dict(state.optimizer)
+            self._load_optimizer_state(iter_dir, state.optimizer)
             opt.scheduler.load_state_dict(state.scheduler)
             self._updater().skipped_updates = state.skipped_updates
         if load_rng and state.rng is not None:
             state.rng.restore()
+
+    def _save_optimizer_state(self, iter_dir: str) -> dict[str, Any]:
+        """The replicated optimizer's state goes in the rank file; the distributed one's is
+        written (collectively) in parameter space, and the rank file points to it."""
+        from mindrl.checkpoint import distributed_optimizer as dist_optim
+
+        optimizer = self._opt().optimizer
+        if not dist_optim.is_distributed(optimizer):
+            return optimizer.state_dict()
+        dist_optim.save_distributed_optimizer(optimizer, self.model_chunks, iter_dir)
+        return dict(dist_optim.RANK_FILE_MARKER)
+
+    def _load_optimizer_state(self, iter_dir: str, saved: dict[str, Any] | None) -> None:
+        from mindrl.checkpoint import distributed_optimizer as dist_optim
+        from mindrl.checkpoint.errors import CheckpointReadError
+
+        optimizer = self._opt().optimizer
+        in_folder = saved == dist_optim.RANK_FILE_MARKER
+        if dist_optim.is_distributed(optimizer) != in_folder:
+            raise CheckpointReadError(
+                iter_dir,
+                "saved "
+                + ("with" if in_folder else "without")
+                + " the distributed optimizer and resumed "
+                + ("without" if in_folder else "with")
+                + " it: set use_distributed_optimizer as when it was saved, or no_load_optim",
+            )
+        if in_folder:
+            dist_optim.load_distributed_optimizer(optimizer, self.model_chunks, iter_dir)
+        else:
+            optimizer.load_state_dict(saved)
 
     def export_hf(self, out_dir: str, hf_assets_dir: str | None = None) -> str | None:
         from mindrl.checkpoint.online import export_mcore_to_hf

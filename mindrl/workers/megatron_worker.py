@@ -41,17 +41,32 @@ class MegatronModelWorker(Worker):
         `resume_dir`, a trainer checkpoint, when resuming)."""
         from mindrl.models.gpt import build_gpt_model
         from mindrl.models.parallel import init_parallel
+        from mindrl.models.scale import transformer_overrides, virtual_pipeline_size
 
+        cfg = self.cfg
+        vpp = virtual_pipeline_size(cfg)
         self.info = init_parallel(
-            self.cfg.tp,
-            self.cfg.pp,
+            cfg.tp,
+            cfg.pp,
+            virtual_pipeline_size=vpp,
             local_rank=self._visible_device_index(),
             accelerator=self.run.runtime.accelerator,
-            seed=self.cfg.data.seed,
+            seed=cfg.data.seed,
             timeout_s=self.run.runtime.worker_timeout_s,
         )
-        model = build_gpt_model(self.cfg.model, params_dtype=self.cfg.precision.params_dtype)
-        self.model_chunks = [self.wrap_model(model)]
+        overrides = transformer_overrides(cfg)
+        self.model_chunks = [
+            self.wrap_model(
+                build_gpt_model(
+                    cfg.model,
+                    params_dtype=cfg.precision.params_dtype,
+                    vp_stage=stage,
+                    config_overrides=overrides,
+                ),
+                index,
+            )
+            for index, stage in enumerate([None] if vpp is None else range(vpp))
+        ]
         if resume_dir is None:
             self.load_weights()
         return {"rank": self.info.rank, "dp_rank": self.info.dp_rank, "dp_size": self.info.dp_size}
@@ -65,8 +80,8 @@ class MegatronModelWorker(Worker):
         visible = os.environ.get(env, "") if env else ""
         return 0 if visible and "," not in visible else None
 
-    def wrap_model(self, model: Any) -> Any:
-        """Hook for subclasses (the actor wraps in megatron's DDP)."""
+    def wrap_model(self, model: Any, chunk_index: int) -> Any:
+        """Hook for subclasses (the actor wraps each chunk in megatron's DDP)."""
         model.eval()
         return model
 

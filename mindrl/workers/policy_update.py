@@ -50,14 +50,16 @@ class UpdateMicroBatch:
     rollout_log_probs: torch.Tensor | None
 
     @classmethod
-    def from_rows(cls, part: SampleBatch) -> UpdateMicroBatch:
+    def from_rows(cls, part: SampleBatch, multiple: int = 1) -> UpdateMicroBatch:
+        """`multiple`: the input length's required multiple (sequence parallelism); `part`
+        is already padded to one."""
         from mindrl.models.logprobs import (
             causal_attention_mask,
             micro_selection,
             position_ids_from_mask,
         )
 
-        selection = micro_selection(part.response_mask)
+        selection = micro_selection(part.response_mask, multiple)
         length = selection.seq  # trailing padding cut (without PP)
         am = part.attention_mask[:, :length]
 
@@ -271,6 +273,11 @@ class PolicyUpdater:
         from megatron.core import parallel_state as ps
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
+        from mindrl.data.batch import pad_columns_to_multiple
+        from mindrl.models.logprobs import sequence_multiple
+
+        multiple = sequence_multiple(self.model_chunks)
+        mini = pad_columns_to_multiple(mini, multiple)
         mbs = micro_batch_size(self.micro_batch, mini.size)
         n_micro = mini.size // mbs
         settings = LossSettings(
@@ -282,7 +289,7 @@ class PolicyUpdater:
             entropy_grad=self.alg.entropy_coeff > 0,
         )
         micro = [
-            UpdateMicroBatch.from_rows(mini.select(list(range(i * mbs, (i + 1) * mbs))))
+            UpdateMicroBatch.from_rows(mini.select(list(range(i * mbs, (i + 1) * mbs))), multiple)
             for i in range(n_micro)
         ]
         optimizer = self.opt.optimizer
@@ -290,10 +297,12 @@ class PolicyUpdater:
         for chunk in self.model_chunks:
             chunk.zero_grad_buffer()
         optimizer.zero_grad()
+        chunks = self.model_chunks
         losses = get_forward_backward_func()(
             forward_step_func=functools.partial(forward_step, settings),
-            data_iterator=iter(micro),
-            model=self.model_chunks[0],
+            # a virtual pipeline runs every chunk over the same micro-batches
+            data_iterator=[iter(micro) for _ in chunks] if len(chunks) > 1 else iter(micro),
+            model=chunks if len(chunks) > 1 else chunks[0],
             num_microbatches=n_micro,
             seq_length=mini.input_ids.shape[1],
             micro_batch_size=mbs,

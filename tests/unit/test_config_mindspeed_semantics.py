@@ -98,7 +98,11 @@ def _seed_generation() -> dict[str, Any]:
     rl = raw["rl_config"]
     del rl["use_integrated_worker"]
     rl.update(mini_batch_size=512, init_kl_coef=0.0001, reference_resource={"num_npus": 16})
-    raw["ref_config"] = {"model": "qwen25_7b", "tensor_model_parallel_size": 4, "micro_batch_size": 1}
+    raw["ref_config"] = {
+        "model": "qwen25_7b",
+        "tensor_model_parallel_size": 4,
+        "micro_batch_size": 1,
+    }
     return raw
 
 
@@ -132,7 +136,9 @@ def test_seed_generation_with_its_unit_gives_its_step_count():
     run = _build(_seed_generation(), use_integrated_worker=False, mini_batch_size_unit="samples")
     assert run.optimizer_steps_per_rl_step == 1
     two = _build(
-        _seed_generation(), use_integrated_worker=False, mini_batch_size_unit="samples",
+        _seed_generation(),
+        use_integrated_worker=False,
+        mini_batch_size_unit="samples",
         mini_batch_size=256,
     )
     assert two.optimizer_steps_per_rl_step == 2

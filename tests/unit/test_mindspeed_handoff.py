@@ -8,8 +8,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from mindrl.accelerator.mindspeed_args import ENV, to_flags, worker_env
 from mindrl.config import load_run_config
+from mindrl.config.errors import ConfigError
 from mindrl.config.fates import MINDSPEED, handoffs
 
 
@@ -31,7 +34,8 @@ def test_npu_run_hands_the_switches_to_the_worker_env():
     assert handed.get("use_fused_rmsnorm") is True and handed.get("use_fused_swiglu") is True
     env = worker_env(handed)
     assert json.loads(env[ENV])["use_fused_rmsnorm"] is True
-    assert handoffs(run, "cpu").to(MINDSPEED) == {}  # warned once on CPU, not passed
+    with pytest.raises(ConfigError, match="use_fused_rmsnorm: true is refused on cpu"):
+        handoffs(run, "cpu")  # MindSpeed's fused kernels: nothing on CPU does what they promise
 
 
 def test_worker_puts_them_on_argv_before_the_adaptor_import():

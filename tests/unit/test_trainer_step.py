@@ -166,7 +166,9 @@ def test_grpo_step_calls_the_roles_in_order_and_leaves_batches_alone():
     assert "old_log_probs" not in batch.tensors  # on-policy: the update's own are used
     assert set(batch.tensors) >= {"advantages", "ref_log_probs", "rollout_log_probs"}
     # group-normalised: advantages of each group sum to ~0 over its samples
-    per_sample = (batch.tensors["advantages"] * batch.response_mask).sum(-1) / batch.response_mask.sum(-1)
+    per_sample = (batch.tensors["advantages"] * batch.response_mask).sum(
+        -1
+    ) / batch.response_mask.sum(-1)
     assert per_sample.view(-1, n).sum(-1).abs().max() < 1e-4
     # the responses are 1..n tokens of 7; the length scorer's scores come back per sample
     assert scored.scores.view(-1, n)[0].tolist() == [1.0, 2.0, 3.0, 4.0]
@@ -194,8 +196,10 @@ def test_overlong_filter_reaches_the_update_without_editing_the_rollout_batch():
     def cut(self, prompts_per_rank, sampling):  # every 2nd response hit max_tokens
         out = gen_rows(self, prompts_per_rank, sampling)
         return [
-            [RolloutRow(r.prompt_index, r.token_ids, r.log_probs, "length" if i % 2 else "stop")
-             for i, r in enumerate(rows)]
+            [
+                RolloutRow(r.prompt_index, r.token_ids, r.log_probs, "length" if i % 2 else "stop")
+                for i, r in enumerate(rows)
+            ]
             for rows in out
         ]
 

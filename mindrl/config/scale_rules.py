@@ -1,0 +1,81 @@
+"""Cross-field rules of the scale keys (sequence parallel, virtual pipeline, recompute,
+overlap), checked at config time with megatron-core's own conditions, so a layout megatron
+would reject fails before any worker starts and names the YAML key."""
+
+from __future__ import annotations
+
+from mindrl.config.role import ROLE_NAMES, RoleConfig
+
+
+def scale_problems(role: RoleConfig) -> list[str]:
+    sec = ROLE_NAMES[role.role]
+    return [f"{sec}.{p}" for p in (*_virtual_pipeline(role), *_recompute(role), *_overlap(role))]
+
+
+def _virtual_pipeline(role: RoleConfig) -> list[str]:
+    per_chunk = role.parallel.num_layers_per_virtual_pipeline_stage
+    if per_chunk is None:
+        return []
+    layers, pp = role.model.num_layers, role.pp
+    if pp < 2:
+        return [
+            "num_layers_per_virtual_pipeline_stage: the virtual pipeline needs "
+            f"pipeline_model_parallel_size > 1 (it is {pp})"
+        ]
+    if layers % (pp * per_chunk):
+        return [
+            f"num_layers_per_virtual_pipeline_stage: PP ({pp}) x {per_chunk} layers per chunk "
+            f"does not divide num_layers ({layers})"
+        ]
+    if layers // (pp * per_chunk) < 2:
+        return [
+            f"num_layers_per_virtual_pipeline_stage: {per_chunk} gives one chunk per pipeline "
+            f"rank ({layers} layers / PP {pp}); that is the plain pipeline: unset it"
+        ]
+    return []
+
+
+def _recompute(role: RoleConfig) -> list[str]:
+    mem = role.memory
+    granularity, method, n = (
+        mem.recompute_granularity,
+        mem.recompute_method,
+        mem.recompute_num_layers,
+    )
+    if granularity is None:
+        if method is not None or n is not None:
+            return [
+                "recompute_method / recompute_num_layers: only read with "
+                "recompute_granularity: full"
+            ]
+        return []
+    if granularity == "selective":
+        if method is not None or n is not None:
+            return [
+                "recompute_method / recompute_num_layers: selective recompute takes neither "
+                "(megatron recomputes the attention core of every layer)"
+            ]
+        return []
+    if method is None or n is None:
+        return [
+            "recompute_granularity: full needs recompute_method (uniform | block) and "
+            "recompute_num_layers"
+        ]
+    per_stage = role.model.num_layers // max(role.pp, 1)
+    chunk = role.parallel.num_layers_per_virtual_pipeline_stage or per_stage
+    if n > chunk:
+        return [
+            f"recompute_num_layers: {n} is more than the {chunk} layers of each model chunk "
+            "(num_layers / PP, or num_layers_per_virtual_pipeline_stage)"
+        ]
+    return []
+
+
+def _overlap(role: RoleConfig) -> list[str]:
+    mem, par = role.memory, role.parallel
+    if mem.overlap_param_gather and not (par.use_distributed_optimizer and mem.overlap_grad_reduce):
+        return [
+            "overlap_param_gather: needs use_distributed_optimizer: true and "
+            "overlap_grad_reduce: true (megatron gathers the updated shards in the next forward)"
+        ]
+    return []

