@@ -152,15 +152,18 @@ class Accelerator:
     def apply_megatron_shims(self) -> None:
         """Make megatron-core's hard-coded CUDA calls work on this device.
 
-        CPU: the shims in `megatron_shims`. NPU: MindSpeed's megatron adaptor when installed.
-        CUDA: nothing to do.
+        CPU: the shims in `megatron_shims`. NPU: MindSpeed's megatron adaptor, which the
+        process's entry has imported before megatron (`mindspeed_args.prepare_megatron`;
+        this raises if it did not). CUDA: nothing to do.
         """
         if self.is_cpu:
             from mindrl.accelerator.megatron_shims import apply_cpu_shims
 
             apply_cpu_shims()
         elif self.name == "npu":
-            _apply_mindspeed_adaptor()
+            from mindrl.accelerator.mindspeed_args import prepare_megatron
+
+            prepare_megatron(self.name)
 
     def _torch_module(self) -> Any:
         import torch
@@ -180,23 +183,6 @@ def peak_rss_bytes() -> int:
     import resource
 
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
-
-
-def _apply_mindspeed_adaptor() -> None:
-    """Ascend's MindSpeed patches megatron-core for NPU; it is not on PyPI, so it is optional."""
-    if importlib.util.find_spec("mindspeed") is None:
-        import warnings
-
-        warnings.warn(
-            "mindspeed is not installed: megatron-core runs on NPU without MindSpeed's fused "
-            "kernels and patches. Install MindSpeed from Ascend's source package for them.",
-            stacklevel=3,
-        )
-        return
-    from mindrl.accelerator.mindspeed_args import extend_argv_from_env
-
-    extend_argv_from_env()  # MindSpeed reads its switches from sys.argv at import
-    importlib.import_module("mindspeed.megatron_adaptor")
 
 
 @cache

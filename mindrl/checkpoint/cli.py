@@ -168,11 +168,27 @@ def _quiet_megatron() -> None:
     logging.getLogger("megatron").setLevel(logging.ERROR)
 
 
+def _prepare_megatron() -> None:
+    """On an NPU machine MindSpeed's adaptor comes before megatron here too (the converter
+    builds megatron's sharded-tensor layout); `MINDRL_ACCELERATOR` names the machine's kind
+    without probing it."""
+    import os
+
+    from mindrl.accelerator import AcceleratorError, detect_accelerator_name
+    from mindrl.accelerator.mindspeed_args import prepare_megatron
+
+    try:
+        prepare_megatron(os.environ.get("MINDRL_ACCELERATOR") or detect_accelerator_name())
+    except AcceleratorError as exc:
+        raise ConversionError(str(exc)) from exc
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.debug:
         _quiet_megatron()
     try:
+        _prepare_megatron()
         print(run(args))
     except ConversionError as exc:
         if args.debug:

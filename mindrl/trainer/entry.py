@@ -14,15 +14,16 @@ running Ray cluster when one is recorded (`resolve_ray_target`), else starts an 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
 
-from mindrl.accelerator import Accelerator, AcceleratorError
+from mindrl.accelerator import Accelerator, AcceleratorError, mindspeed_args
 from mindrl.cluster.placement import ClusterResources, PlacementPlan
 from mindrl.cluster.ray_target import RayConnectError, RayTarget
 from mindrl.config import ConfigError, load_run_config, resolved_yaml
-from mindrl.config.fates import handoffs
+from mindrl.config.fates import MINDSPEED, handoffs
 from mindrl.config.meaning import meaning_lines
 from mindrl.config.run import RunConfig
 from mindrl.planning import plan_memory
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         memory = plan_memory(run, acc.name)  # per role and device, against its memory
         print(memory.describe())
         warnings.extend(memory.warnings)
-        handoffs(run, acc.name)  # warns once for keys only another backend honours
+        handed = handoffs(run, acc.name)  # warns once for keys only another backend honours
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
         problems = check.fit_problems()
@@ -172,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(problems)
         if memory.problems:  # after the placement: a plan without its devices is moot
             raise ConfigError(list(memory.problems))
+        if not args.dry_run:  # before anything in this process imports megatron
+            os.environ.update(mindspeed_args.worker_env(handed.to(MINDSPEED)))
+            mindspeed_args.prepare_megatron(acc.name)
     except (ConfigError, AcceleratorError, RayConnectError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

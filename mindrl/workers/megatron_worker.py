@@ -29,6 +29,10 @@ class MegatronModelWorker(Worker):
 
     def __init__(self, run: RunConfig, role: str):
         super().__init__()
+        from mindrl.accelerator.mindspeed_args import prepare_megatron
+
+        # first: MindSpeed's adaptor before any megatron import of this process (on NPU)
+        prepare_megatron(os.environ.get("MINDRL_ACCELERATOR", run.runtime.accelerator))
         self.run = run
         self.cfg: RoleConfig = {"actor": run.actor, "ref": run.ref, "reward": run.reward}[role]  # type: ignore[assignment]
         self.role = role

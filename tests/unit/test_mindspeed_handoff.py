@@ -1,16 +1,23 @@
 """MindSpeed's switches in a MindSpeed-RL config reach the adaptor on NPU: the driver hands
 them to each worker's environment, and the worker puts them on sys.argv (where MindSpeed
-reads them) just before importing the adaptor. On CPU they are warned, not passed."""
+reads them) only while the adaptor is imported. On CPU they are warned, not passed."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
-from mindrl.accelerator.mindspeed_args import ENV, to_flags, worker_env
+from mindrl.accelerator.mindspeed_args import (
+    ENV,
+    MindSpeedError,
+    argv_for_mindspeed,
+    flags_from_env,
+    prepare_megatron,
+    to_flags,
+    worker_env,
+)
 from mindrl.config import load_run_config
 from mindrl.config.errors import ConfigError
 from mindrl.config.fates import MINDSPEED, handoffs
@@ -38,20 +45,17 @@ def test_npu_run_hands_the_switches_to_the_worker_env():
         handoffs(run, "cpu")  # MindSpeed's fused kernels: nothing on CPU does what they promise
 
 
-def test_worker_puts_them_on_argv_before_the_adaptor_import():
-    code = (
-        "import sys; from mindrl.accelerator.mindspeed_args import extend_argv_from_env; "
-        "extend_argv_from_env(); extend_argv_from_env(); print(sys.argv[1:])"
-    )
-    env = {ENV: json.dumps({"use_fused_rmsnorm": True, "swap_optimizer": False})}
-    import os
+def test_argv_holds_only_the_handed_flags_while_the_adaptor_imports(monkeypatch):
+    monkeypatch.setenv(ENV, json.dumps({"use_fused_rmsnorm": True, "swap_optimizer": False}))
+    monkeypatch.setattr(sys, "argv", ["default_worker.py", "--node-ip-address=127.0.0.1"])
+    with argv_for_mindspeed(flags_from_env()) as argv:
+        assert sys.argv == argv == ["mindrl", "--use-fused-rmsnorm"]
+    assert sys.argv == ["default_worker.py", "--node-ip-address=127.0.0.1"]
 
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['--use-fused-rmsnorm']"
+
+def test_npu_refuses_megatron_imported_before_the_adaptor():
+    import megatron.core  # noqa: F401  (as a process that imported it first would have)
+
+    assert prepare_megatron("cpu") is False  # nothing to do off NPU
+    with pytest.raises(MindSpeedError, match=r"megatron-core \(megatron.*\) was imported before"):
+        prepare_megatron("npu")
