@@ -6,8 +6,12 @@ vocabulary, the rollout engine's weights and KV cache, minus what is offloaded -
 the worst device of every device group (on CPU: the host's sum) against the device's memory
 (`runtime.device_memory_gb`, else 64 GiB on Ascend 910B, 80 GiB on H100, the host's RAM on
 CPU). A group that does not fit is a problem naming the role, the bytes and the knobs that
-make it fit (found by re-planning, `knobs.py`); one above 90% of the memory left to it (the
-device, less the engine share vLLM was granted) is a warning. Planning needs no hardware:
+make it fit (found by re-planning, `knobs.py`) when what does not depend on the samples'
+lengths (parameters, gradients, optimizer state, the engine's share) is already too much, a
+warning with the same knobs when only the longest possible micro-batch's activations are
+(MindSpeed-RL's own configs are sized for real lengths, not the worst case); a group above
+90% of the memory left to it (the device, less the engine share vLLM was granted) is a
+warning. Planning needs no hardware:
 a laptop plans an NPU cluster's config.
 """
 
@@ -22,6 +26,10 @@ from mindrl.planning.phases import CorePlan, DevicePeak, Parts, Phase, RolePlan,
 from mindrl.planning.shapes import ignored_settings
 
 WARN_FRACTION = 0.9
+# parts that grow with the samples' lengths: the plan takes every sample at the longest
+# (max_prompt_length + max_tokens), which real batches rarely reach, so over the device
+# memory through these alone is a warning; over it without them is a refusal
+LENGTH_BOUND = ("activations", "logits", "masks")
 MAX_KNOBS_SHOWN = 4
 
 
@@ -154,12 +162,23 @@ def _device_checks(run: RunConfig, plan: CorePlan) -> tuple[list[str], list[str]
         who = _group_who(plan, peak)
         parts = _parts(peak.phase.parts + peak.waiting)
         if peak.total > limit:
-            problems.append(
-                f"memory plan: {who} needs {_gib(peak.total)} GiB per device in the "
-                f"{peak.phase.name} phase ({parts}), more than the {plan.device.gib:.1f} GiB "
-                f"of a device ({plan.device.source}); "
-                + _knob_text(run, plan, peak.group, peak.roles)
-            )
+            fixed = sum(b for n, b in peak.phase.parts + peak.waiting if n not in LENGTH_BOUND)
+            if fixed > limit:
+                problems.append(
+                    f"memory plan: {who} needs {_gib(peak.total)} GiB per device in the "
+                    f"{peak.phase.name} phase ({parts}), more than the {plan.device.gib:.1f} "
+                    f"GiB of a device ({plan.device.source}); "
+                    + _knob_text(run, plan, peak.group, peak.roles)
+                )
+            else:
+                warnings.append(
+                    f"memory plan: {who} may run out of memory on long samples: "
+                    f"{_gib(peak.total)} GiB per device in the {peak.phase.name} phase when "
+                    f"every sample of a micro-batch has the longest length ({parts}), more "
+                    f"than the {plan.device.gib:.1f} GiB of a device ({plan.device.source}); "
+                    f"without activations {_gib(fixed)} GiB; "
+                    + _knob_text(run, plan, peak.group, peak.roles)
+                )
             continue
         granted = dict(peak.phase.parts).get("engine", 0.0) if plan.engine else 0.0
         if plan.engine is not None and not plan.engine.sleeps:

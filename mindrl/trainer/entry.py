@@ -165,14 +165,19 @@ def main(argv: list[str] | None = None) -> int:
         memory = plan_memory(run, acc.name)  # per role and device, against its memory
         print(memory.describe())
         warnings.extend(memory.warnings)
-        handed = handoffs(run, acc.name)  # warns once for keys only another backend honours
+        problems: list[str] = []
+        try:  # warns once for keys only another backend honours; refuses what CPU cannot do
+            handed = handoffs(run, acc.name)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
-        problems = check.fit_problems()
+        fit = check.fit_problems()
+        problems.extend(fit)
+        if not fit:  # a memory plan for devices the run does not get is moot
+            problems.extend(memory.problems)
         if problems:
             raise ConfigError(problems)
-        if memory.problems:  # after the placement: a plan without its devices is moot
-            raise ConfigError(list(memory.problems))
         if not args.dry_run:  # before anything in this process imports megatron
             os.environ.update(mindspeed_args.worker_env(handed.to(MINDSPEED)))
             mindspeed_args.prepare_megatron(acc.name)
