@@ -8,7 +8,7 @@ import torch
 
 from mindrl.algorithms.aggregation import aggregate_loss, masked_mean
 from mindrl.algorithms.kl import kl_penalty
-from mindrl.algorithms.names import KL_TYPES, LOSS_AGG_MODES
+from mindrl.algorithms.names import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSS_MODES
 from mindrl.algorithms.policy_loss import compute_policy_loss
 from mindrl.algorithms.tis import tis_weights
 
@@ -28,6 +28,7 @@ class GRPOLossConfig:
     clip_ratio_c: float | None = 3.0
     loss_agg_mode: str = "token-mean"
     loss_agg_horizon: int | None = None
+    policy_loss: str = "vanilla"
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
@@ -42,6 +43,8 @@ class GRPOLossConfig:
             raise ValueError(f"clip_ratio_high must be >= 0, got {self.clip_ratio_high}")
         if self.clip_ratio_c is not None and self.clip_ratio_c <= 1.0:
             raise ValueError(f"clip_ratio_c must be > 1, got {self.clip_ratio_c}")
+        if self.policy_loss not in POLICY_LOSS_MODES:
+            raise ValueError(f"policy_loss {self.policy_loss!r} not in {POLICY_LOSS_MODES}")
         if self.loss_agg_mode not in LOSS_AGG_MODES:
             raise ValueError(f"loss_agg_mode {self.loss_agg_mode!r} not in {LOSS_AGG_MODES}")
         if self.loss_agg_horizon is not None and self.loss_agg_horizon <= 0:
@@ -100,6 +103,7 @@ def grpo_loss(
         token_weights=weights,
         horizon=cfg.loss_agg_horizon,
         normalizer=normalizer,
+        mode=cfg.policy_loss,
     )
     loss = pg.loss
     metrics["actor/pg_loss"] = float(pg.loss.detach())

@@ -33,3 +33,7 @@ LOSS_AGG_MODES: tuple[str, ...] = (
     "seq-mean-token-sum",
     "seq-mean-token-sum-norm",
 )
+
+# `rl_config.policy_loss` (verl's `policy_loss.loss_mode`): PPO's per-token clipped ratio, or
+# GSPO's per-sequence one.
+POLICY_LOSS_MODES: tuple[str, ...] = ("vanilla", "gspo")

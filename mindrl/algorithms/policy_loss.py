@@ -16,6 +16,7 @@ from typing import NamedTuple
 import torch
 
 from mindrl.algorithms.aggregation import aggregate_loss, masked_mean
+from mindrl.algorithms.names import POLICY_LOSS_MODES
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -77,14 +78,25 @@ def compute_policy_loss(
     token_weights: torch.Tensor | None = None,
     horizon: int | None = None,
     normalizer: float | None = None,
+    mode: str = "vanilla",
 ) -> PolicyLoss:
     """Aggregated clipped pg loss and its clip/KL metrics (metrics are token means).
 
     `token_weights` (e.g. truncated importance weights, no gradient) scale each token's loss.
+    `mode` "gspo" clips one ratio per sequence (`mindrl.algorithms.gspo`; no dual clip).
     """
-    tokens = ppo_clip_token_losses(
-        log_prob, old_log_prob, advantages, clip_ratio, clip_ratio_high, clip_ratio_c
-    )
+    if mode == "gspo":
+        from mindrl.algorithms.gspo import gspo_token_losses
+
+        tokens = gspo_token_losses(
+            log_prob, old_log_prob, advantages, response_mask, clip_ratio, clip_ratio_high
+        )
+    elif mode == "vanilla":
+        tokens = ppo_clip_token_losses(
+            log_prob, old_log_prob, advantages, clip_ratio, clip_ratio_high, clip_ratio_c
+        )
+    else:
+        raise ValueError(f"unknown policy loss mode {mode!r}; expected one of {POLICY_LOSS_MODES}")
     losses = tokens.losses if token_weights is None else tokens.losses * token_weights.detach()
     loss = aggregate_loss(
         losses, response_mask, loss_agg_mode, horizon=horizon, normalizer=normalizer

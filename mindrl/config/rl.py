@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mindrl.algorithms.names import ADV_ESTIMATOR_NAMES, KL_CTRL_TYPES, KL_TYPES, LOSS_AGG_MODES
+from mindrl.algorithms.names import (
+    ADV_ESTIMATOR_NAMES,
+    KL_CTRL_TYPES,
+    KL_TYPES,
+    LOSS_AGG_MODES,
+    POLICY_LOSS_MODES,
+)
 from mindrl.config.fates import honoured, no_effect, refused
 from mindrl.config.fields import spec
 from mindrl.config.rl_features import (
@@ -80,6 +86,20 @@ class AlgorithmConfig:
     )
     clip_ratio_c: float = spec(3.0, gt=1.0, help="dual-clip bound for negative advantages")
     loss_agg_mode: str = spec("token-mean", choices=LOSS_AGG_MODES)
+    loss_agg_horizon: int | None = spec(
+        None,
+        ge=1,
+        help="seq-mean-token-sum-norm (Dr.GRPO): the constant each response's token sum is "
+        "divided by; unset: generate_config.sampling_config.max_tokens (Dr.GRPO, TRL)",
+    )
+    policy_loss: str = spec(
+        "vanilla",
+        choices=POLICY_LOSS_MODES,
+        aliases=("loss_mode",),
+        help="vanilla: PPO's clip of each token's ratio; gspo: one ratio per sequence, the "
+        "geometric mean of its token ratios, clipped per sequence (GSPO; use clip_ratio / "
+        "clip_ratio_high ~3e-4 / 4e-4 and loss_agg_mode seq-mean-token-mean)",
+    )
     kl_penalty: str = spec("low_var_kl", choices=KL_TYPES, help="KL estimator")
     kl_ctrl_type: str = spec("fixed", choices=KL_CTRL_TYPES)
     init_kl_coef: float | None = spec(

@@ -59,6 +59,7 @@ class ActorWorker(MegatronModelWorker):
             clip_grad=cfg.optim.clip_grad,
             dp_size=self.info.dp_size,
             seed=cfg.data.seed,
+            max_tokens=self.run.generate.sampling_config.max_tokens,
         )
         if resume_dir is not None:
             self.load_checkpoint(resume_dir, not cfg.ckpt.no_load_optim, not cfg.ckpt.no_load_rng)

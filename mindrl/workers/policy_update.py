@@ -94,14 +94,22 @@ class LossSettings:
     entropy_grad: bool
 
 
-def grpo_loss_config(alg: AlgorithmConfig) -> GRPOLossConfig:
+def grpo_loss_config(alg: AlgorithmConfig, max_tokens: int | None = None) -> GRPOLossConfig:
+    """The loss knobs of `alg`; `max_tokens` (the rollout's response limit) is Dr.GRPO's
+    constant horizon when `loss_agg_horizon` is unset, so every micro-batch divides by the
+    same number."""
     from mindrl.algorithms import GRPOLossConfig
 
+    horizon = None
+    if alg.loss_agg_mode == "seq-mean-token-sum-norm":
+        horizon = alg.loss_agg_horizon or max_tokens
     return GRPOLossConfig(
         clip_ratio=alg.clip_ratio,
         clip_ratio_high=alg.clip_ratio_high,
         clip_ratio_c=alg.clip_ratio_c,
         loss_agg_mode=alg.loss_agg_mode,
+        loss_agg_horizon=horizon,
+        policy_loss=alg.policy_loss,
         use_kl_loss=alg.kl.where == "loss",
         kl_loss_coef=alg.kl.coef,
         kl_loss_type=alg.kl_penalty,
@@ -231,8 +239,10 @@ class PolicyUpdater:
         clip_grad: float,
         dp_size: int,
         seed: int,
+        max_tokens: int | None = None,
     ) -> None:
         self.model_chunks = model_chunks
+        self.max_tokens = max_tokens
         self.opt = opt
         self.alg = alg
         self.vocab_size = vocab_size
@@ -281,7 +291,7 @@ class PolicyUpdater:
         mbs = micro_batch_size(self.micro_batch, mini.size)
         n_micro = mini.size // mbs
         settings = LossSettings(
-            loss=grpo_loss_config(self.alg),
+            loss=grpo_loss_config(self.alg, self.max_tokens),
             vocab_size=self.vocab_size,
             normalizer=global_normalizer(mini.response_mask, self.alg.loss_agg_mode),
             # megatron divides each micro-batch loss by n_micro and DDP averages over DP

@@ -17,26 +17,29 @@ VOLATILE = ("time", "e2e_tps", "update_tps", "vllm_tps", "reward/score_time_s", 
 TRAIN_TIMEOUT_S = 600.0  # one tiny run, Ray and the workers' start-up included
 
 
-def train_cmd(out: Path, *overrides: str) -> list[str]:
-    """The command line of a grpo_tiny_cpu run writing to `out`."""
+def train_cmd(out: Path, *overrides: str, config: str = "grpo_tiny_cpu") -> list[str]:
+    """The command line of a run of `config` (a tiny-model config) writing to `out`."""
     return [
         sys.executable,
         str(CLI),
         "--config-name",
-        "grpo_tiny_cpu",
+        config,
         f"runtime.output_dir={out}",
         f"actor_config.save={out}/ckpt",
         *overrides,
     ]
 
 
-def run_train(out: Path, *overrides: str, timeout_s: float = TRAIN_TIMEOUT_S) -> ProcessRun:
+def run_train(
+    out: Path, *overrides: str, timeout_s: float = TRAIN_TIMEOUT_S, config: str = "grpo_tiny_cpu"
+) -> ProcessRun:
     """Run the trainer to completion (returncode, stdout, stderr); each run's logs are kept in
     a new folder beside `out`. Raises FreshProcessError, after killing the run's process tree,
     on timeout."""
     out.parent.mkdir(parents=True, exist_ok=True)
     log_dir = Path(tempfile.mkdtemp(prefix=f"{out.name}.logs-", dir=out.parent))
-    return run_process(train_cmd(out, *overrides), timeout_s=timeout_s, cwd=ROOT, log_dir=log_dir)
+    cmd = train_cmd(out, *overrides, config=config)
+    return run_process(cmd, timeout_s=timeout_s, cwd=ROOT, log_dir=log_dir)
 
 
 def read_metrics(out: Path) -> list[dict]:
