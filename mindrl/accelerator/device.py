@@ -14,14 +14,12 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from mindrl.accelerator.errors import AcceleratorError
+
 if TYPE_CHECKING:
     import torch
 
 ACCELERATOR_NAMES = ("auto", "npu", "cuda", "cpu")
-
-
-class AcceleratorError(RuntimeError):
-    """The requested accelerator is not usable on this machine."""
 
 
 def _npu_available() -> bool:

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from mindrl.accelerator.device import AcceleratorError
+from mindrl.accelerator.errors import AcceleratorError
 
 ENV = "MINDRL_MINDSPEED_ARGS"
 ADAPTOR = "mindspeed.megatron_adaptor"

@@ -23,6 +23,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "KL_CTRL_TYPES",
         "KL_TYPES",
         "LOSS_AGG_MODES",
+        "POLICY_LOSS_MODES",
+        "RETURN_ESTIMATORS",
     ),
     "advantages": (
         "compute_advantages",
@@ -30,9 +32,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "grpo_no_std_scores",
         "rloo_scores",
         "sequence_scores",
-        "whiten",
     ),
-    "aggregation": ("aggregate_loss", "masked_mean", "masked_sum"),
+    "aggregation": ("aggregate_loss", "masked_mean", "masked_sum", "whiten"),
     "dapo": (
         "DynamicSampler",
         "DynamicSamplingResult",
@@ -53,12 +54,19 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "logprobs": ("entropy_from_logits", "log_probs_from_logits"),
     "loss": ("GRPOLossConfig", "grpo_loss"),
+    "ratios": ("ClippedTokens",),
     "policy_loss": (
-        "ClippedTokens",
         "PolicyLoss",
         "compute_policy_loss",
         "ppo_clip_token_losses",
     ),
+    "returns": (
+        "discounted_returns",
+        "gae_advantages",
+        "outcome_token_rewards",
+        "reinforce_plus_plus_advantages",
+    ),
+    "gspo": ("gspo_token_losses", "sequence_clipfrac", "sequence_log_ratio"),
     "tis": ("rollout_mismatch_metrics", "tis_weights"),
 }
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from mindrl.algorithms.aggregation import masked_mean, masked_sum
+from mindrl.algorithms.aggregation import masked_sum, whiten
 from mindrl.algorithms.names import ADV_ALIASES, ADV_ESTIMATOR_NAMES
-
-WHITEN_EPS = 1e-8
+from mindrl.algorithms.returns import outcome_token_rewards, reinforce_plus_plus_advantages
 
 
 def _groups(scores: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -54,17 +53,6 @@ def rloo_scores(scores: torch.Tensor, group_size: int) -> torch.Tensor:
     return (centered * (group_size / (group_size - 1))).reshape(-1)
 
 
-def whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """(x - mean) / sqrt(var + 1e-8) over valid tokens (unbiased var), zero on padding."""
-    valid = mask.bool()
-    mean = masked_mean(values, valid)
-    count = valid.sum().to(values.dtype)
-    sq_dev = masked_sum((values - mean) ** 2, valid)
-    var = sq_dev / (count - 1.0) if count >= 2 else torch.zeros_like(sq_dev)
-    out = (values - mean) * torch.rsqrt(var + WHITEN_EPS)
-    return torch.where(valid, out, torch.zeros_like(out))
-
-
 def sequence_scores(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Per-sample reward [B]: `rewards` itself if [B], its masked token sum if [B, T]."""
     if rewards.dim() == 1:
@@ -82,16 +70,22 @@ def compute_advantages(
     group_size: int,
     response_mask: torch.Tensor,
     eps: float = 1e-6,
+    gamma: float = 1.0,
 ) -> torch.Tensor:
-    """Token advantages [B, T] from rewards [B] (or token rewards [B, T], summed per sample).
+    """Token advantages [B, T] from rewards [B] (or token rewards [B, T], summed per sample
+    by the group estimators).
 
     `name` is `rl_config.adv_estimator`: group_norm (alias grpo), grpo_no_std (alias
     dr_grpo), rloo, reinforce_plus_plus_baseline (group-mean baseline, then whitened over
-    all valid tokens of the batch).
+    all valid tokens of the batch), reinforce_plus_plus (token returns discounted by
+    `gamma`, whitened over the batch: `returns.reinforce_plus_plus_advantages`).
     """
     estimator = ADV_ALIASES.get(name, name)
     if response_mask.dim() != 2 or response_mask.shape[0] != rewards.shape[0]:
         raise ValueError(f"mask {tuple(response_mask.shape)} does not match rewards")
+    if estimator == "reinforce_plus_plus":
+        tokens = rewards if rewards.dim() == 2 else outcome_token_rewards(rewards, response_mask)
+        return reinforce_plus_plus_advantages(tokens, response_mask, gamma)
     scores = sequence_scores(rewards, response_mask)
     if estimator == "group_norm":
         seq_adv = group_norm_scores(scores, group_size, eps)

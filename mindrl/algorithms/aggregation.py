@@ -11,6 +11,8 @@ import torch
 
 from mindrl.algorithms.names import LOSS_AGG_MODES
 
+WHITEN_EPS = 1e-8
+
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Sum of `values` where `mask` is set; masked entries are replaced, not multiplied by 0."""
@@ -75,3 +77,14 @@ def aggregate_loss(
             raise ValueError(f"normalizer must be > 0, got {normalizer}")
         return total / normalizer
     return total / count.clamp(min=1.0)
+
+
+def whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(x - mean) / sqrt(var + 1e-8) over valid tokens (unbiased var), zero on padding."""
+    valid = mask.bool()
+    mean = masked_mean(values, valid)
+    count = valid.sum().to(values.dtype)
+    sq_dev = masked_sum((values - mean) ** 2, valid)
+    var = sq_dev / (count - 1.0) if count >= 2 else torch.zeros_like(sq_dev)
+    out = (values - mean) * torch.rsqrt(var + WHITEN_EPS)
+    return torch.where(valid, out, torch.zeros_like(out))

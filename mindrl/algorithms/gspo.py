@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from mindrl.algorithms.aggregation import masked_mean, masked_sum
-from mindrl.algorithms.policy_loss import LOG_RATIO_CLAMP, ClippedTokens
+from mindrl.algorithms.ratios import LOG_RATIO_CLAMP, ClippedTokens
 
 
 def sequence_log_ratio(

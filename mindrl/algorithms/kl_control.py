@@ -15,6 +15,7 @@ import torch
 from mindrl.algorithms.aggregation import masked_mean, masked_sum
 from mindrl.algorithms.kl import kl_penalty
 from mindrl.algorithms.names import KL_CTRL_TYPES
+from mindrl.algorithms.returns import outcome_token_rewards
 
 
 @dataclass(frozen=True)
@@ -96,13 +97,8 @@ def kl_penalized_rewards(
     kld = kl_penalty(log_prob.detach(), ref_log_prob.detach(), kl_type)  # a reward: no grad
     kld = torch.where(valid, kld, kld.new_zeros(()))
     scores = scores.float().to(kld.device)
-    positions = torch.arange(kld.shape[-1], device=kld.device).expand_as(kld)
-    last = torch.where(valid, positions, -1).amax(dim=-1)  # last valid token, -1 if none
-    has_tokens = last >= 0
-    token_scores = torch.zeros_like(kld)
-    rows = torch.arange(kld.shape[0], device=kld.device)[has_tokens]
-    token_scores[rows, last[has_tokens]] = scores[has_tokens]
-    token_rewards = token_scores - kl_coef * kld
+    has_tokens = valid.any(dim=-1)
+    token_rewards = outcome_token_rewards(scores, valid) - kl_coef * kld
     seq_rewards = scores - kl_coef * masked_sum(kld, valid, dim=-1)
     per_seq_kl = masked_mean(kld, valid, dim=-1)
     mean_kl = float(masked_mean(per_seq_kl, has_tokens))

@@ -13,11 +13,16 @@ ADV_ESTIMATORS: tuple[str, ...] = (
     "grpo_no_std",
     "rloo",
     "reinforce_plus_plus_baseline",
+    "reinforce_plus_plus",
 )
 ADV_ALIASES: dict[str, str] = {"grpo": "group_norm", "dr_grpo": "grpo_no_std"}
 ADV_ESTIMATOR_NAMES: tuple[str, ...] = ADV_ESTIMATORS + tuple(ADV_ALIASES)
 # Estimators that compare the samples of one prompt's group (they need n_samples >= 2).
-GROUP_ESTIMATORS: tuple[str, ...] = ADV_ESTIMATOR_NAMES
+GROUP_ESTIMATORS: tuple[str, ...] = tuple(
+    n for n in ADV_ESTIMATOR_NAMES if n != "reinforce_plus_plus"
+)
+# Estimators of token-level returns: they read rl_config.gamma.
+RETURN_ESTIMATORS: tuple[str, ...] = ("reinforce_plus_plus",)
 
 # `rl_config.kl_penalty` / the KL loss: Schulman's k1 / k2 / k3, |log r|, and verl's names.
 KL_TYPES: tuple[str, ...] = ("k1", "k2", "k3", "abs", "mse", "kl", "low_var_kl")

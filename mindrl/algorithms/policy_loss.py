@@ -16,16 +16,9 @@ from typing import NamedTuple
 import torch
 
 from mindrl.algorithms.aggregation import aggregate_loss, masked_mean
+from mindrl.algorithms.gspo import gspo_token_losses
 from mindrl.algorithms.names import POLICY_LOSS_MODES
-
-LOG_RATIO_CLAMP = 20.0
-
-
-class ClippedTokens(NamedTuple):
-    losses: torch.Tensor  # [B, T] per-token pg loss
-    ratio: torch.Tensor  # [B, T] exp(log_prob - old_log_prob), log-ratio clamped to +-20
-    clipped: torch.Tensor  # [B, T] bool: PPO bound active (zero gradient)
-    dual_clipped: torch.Tensor  # [B, T] bool: dual-clip cap active (zero gradient)
+from mindrl.algorithms.ratios import LOG_RATIO_CLAMP, ClippedTokens
 
 
 class PolicyLoss(NamedTuple):
@@ -86,8 +79,6 @@ def compute_policy_loss(
     `mode` "gspo" clips one ratio per sequence (`mindrl.algorithms.gspo`; no dual clip).
     """
     if mode == "gspo":
-        from mindrl.algorithms.gspo import gspo_token_losses
-
         tokens = gspo_token_losses(
             log_prob, old_log_prob, advantages, response_mask, clip_ratio, clip_ratio_high
         )

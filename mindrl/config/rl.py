@@ -116,7 +116,13 @@ class AlgorithmConfig:
     use_kl_loss: bool = spec(False, help="verl's switch: KL loss with kl_loss_coef")
     kl_loss_coef: float = spec(0.001, ge=0.0, help="verl's KL-loss coefficient (use_kl_loss)")
     entropy_coeff: float = spec(0.0, ge=0.0)
-    gamma: float = spec(1.0, ge=0.0, le=1.0, fate=GAE_ONLY)
+    gamma: float = spec(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        help="discount of token returns: read by adv_estimator reinforce_plus_plus (and GAE, "
+        "not built yet); the group estimators score whole sequences",
+    )
     lam: float = spec(0.95, ge=0.0, le=1.0, fate=GAE_ONLY)
     max_prompt_length: int = spec(
         512, ge=1, help="longer prompts of the store are left out of training, as in MindSpeed-RL"

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mindrl.algorithms.names import GROUP_ESTIMATORS
+from mindrl.algorithms.names import GROUP_ESTIMATORS, RETURN_ESTIMATORS
 from mindrl.config.errors import ConfigError
+from mindrl.config.fates import warn_once
 from mindrl.config.rl import MIN_VERIFIER_MEMORY_MB, AlgorithmConfig
 from mindrl.config.role import ROLE_NAMES, RoleConfig
 from mindrl.config.run import RunConfig
@@ -159,6 +160,12 @@ def _algorithm_problems(run: RunConfig) -> list[str]:
         out.append(
             f"rl_config.n_samples_per_prompt: {alg.n_samples_per_prompt}; group-relative "
             f"advantages ({alg.adv_estimator}) need at least 2 samples per prompt"
+        )
+    if alg.gamma != 1.0 and alg.adv_estimator not in RETURN_ESTIMATORS:
+        warn_once(
+            "AlgorithmConfig.gamma",
+            f"rl_config.gamma: {alg.gamma} has no effect with adv_estimator "
+            f"{alg.adv_estimator} (whole-sequence scores); reinforce_plus_plus reads it",
         )
     if alg.clip_ratio_high is not None and alg.clip_ratio_high < alg.clip_ratio:
         out.append(

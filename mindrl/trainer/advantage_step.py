@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from mindrl.algorithms.kl_control import FixedKLController as KLController
+from mindrl.algorithms.names import RETURN_ESTIMATORS
 from mindrl.config.rl import AlgorithmConfig
 from mindrl.data.batch import SampleBatch
 
@@ -46,9 +47,13 @@ def compute_step_advantages(
         penalized = kl_penalized_rewards(
             scores, old_lp, ref_lp, mask, kl_ctrl.value, alg.kl_penalty
         )
-        rewards = penalized.seq_rewards
+        # the group estimators compare sequence totals; REINFORCE++ discounts token rewards
+        token_level = alg.adv_estimator in RETURN_ESTIMATORS
+        rewards = penalized.token_rewards if token_level else penalized.seq_rewards
         metrics["actor/reward_kl_penalty"] = penalized.mean_kl
         metrics["actor/reward_kl_penalty_coeff"] = float(kl_ctrl.value)
         kl_ctrl.update(penalized.mean_kl, batch.size)
-    values = compute_advantages(alg.adv_estimator, rewards, alg.n_samples_per_prompt, mask)
+    values = compute_advantages(
+        alg.adv_estimator, rewards, alg.n_samples_per_prompt, mask, gamma=alg.gamma
+    )
     return Advantages(values, mask, metrics)
