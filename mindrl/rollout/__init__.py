@@ -77,11 +77,14 @@ def build_rollout_engine(
     seed: int = 0,
     accelerator: str | None = None,
     external_launcher: bool = False,
+    memory_share: float | None = None,
 ) -> RolloutEngine:
     """The rollout engine ``generate_config.rollout_backend`` asks for, built on this device.
 
     ``external_launcher`` (vLLM only): join the caller's initialised torch.distributed world
-    instead of starting one, for the colocated layout.
+    instead of starting one, for the colocated layout. ``memory_share`` (vLLM only): the
+    ``gpu_memory_utilization`` to build with instead of the configured one
+    (`platform_adapters.share_for_this_device`).
     """
     from mindrl.accelerator import get_accelerator
 
@@ -93,7 +96,7 @@ def build_rollout_engine(
         options = VLLMEngineOptions.from_config(
             generate_cfg, seed=seed, external_launcher=external_launcher
         )
-        return VLLMRolloutEngine(model_dir, options, accelerator=name)
+        return VLLMRolloutEngine(model_dir, options, accelerator=name, memory_share=memory_share)
     from mindrl.rollout.hf_engine import HFRolloutEngine
 
     return HFRolloutEngine.from_config(model_dir, generate_cfg, seed=seed)

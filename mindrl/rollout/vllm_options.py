@@ -2,8 +2,9 @@
 
 `VLLMEngineOptions` turns `generate_config` into `vllm.LLM` keyword arguments per platform;
 `prepare_vllm_environment` sets what vLLM reads from the environment at import (in-process
-engine, CPU KV-cache size, worker logging). Kept apart from the engine so these decisions are
-readable and testable without vLLM.
+engine, CPU KV-cache size, LOCAL_RANK among the visible devices, vllm-ascend's NZ switch,
+worker logging), as the platform adapter (`mindrl.rollout.platform_adapters`) says. Kept
+apart from the engine so these decisions are readable and testable without vLLM.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import logging
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from mindrl.rollout.platform_adapters import EnginePlatform, engine_platform
 
 if TYPE_CHECKING:
     from mindrl.config.generate import GenerateConfig
@@ -64,20 +67,30 @@ class VLLMEngineOptions:
         )
 
     def engine_kwargs(
-        self, model_dir: str, sleep_mode: bool, accelerator: str = "cpu"
+        self,
+        model_dir: str,
+        sleep_mode: bool,
+        accelerator: str = "cpu",
+        *,
+        memory_share: float | None = None,
     ) -> dict[str, Any]:
         """Keyword arguments for ``vllm.LLM``.
 
         ``external_launcher`` joins the caller's torch.distributed world (colocated with the
         trainer): initialise it (and set RANK / LOCAL_RANK) before building the engine.
+        `memory_share` replaces ``gpu_memory_utilization``: the share computed by
+        `platform_adapters.engine_memory_share` from what training already holds.
         """
+        share = self.gpu_memory_utilization if memory_share is None else memory_share
+        if not 0 < share <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {share}")
         kwargs: dict[str, Any] = dict(
             model=model_dir,
             tokenizer=model_dir,
             tensor_parallel_size=self.tensor_parallel_size,
             max_num_seqs=self.max_num_seqs,
             max_model_len=self.max_model_len,
-            gpu_memory_utilization=self.gpu_memory_utilization,
+            gpu_memory_utilization=share,
             dtype=self.dtype,
             enforce_eager=self.enforce_eager,
             enable_prefix_caching=self.enable_prefix_caching,
@@ -108,19 +121,30 @@ class VLLMEngineOptions:
         return kwargs
 
 
-def prepare_vllm_environment(accelerator: str, cpu_kvcache_space_gb: int = 1) -> None:
+def prepare_vllm_environment(
+    accelerator: str, cpu_kvcache_space_gb: int = 1, platform: EnginePlatform | None = None
+) -> EnginePlatform:
     """Environment vLLM reads at start-up; call before the first ``import vllm``.
 
-    In-process engine core on every platform; on CPU the KV cache size in GiB. On NPU the
-    vllm-ascend plugin must be importable (it registers the Ascend platform).
+    What `platform` (the adapter for `accelerator` by default) asks for: in-process engine
+    core everywhere; on CPU the KV cache size in GiB; on GPU / NPU LOCAL_RANK as the index
+    of this rank's device among the visible ones; on NPU ``VLLM_ASCEND_ENABLE_NZ=0``, set
+    before vllm_ascend is imported. On NPU the plugin must be importable (it registers the
+    Ascend platform). Returns the adapter.
     """
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    platform = platform or engine_platform(accelerator)
+    changes = platform.environment(os.environ, cpu_kvcache_space_gb=cpu_kvcache_space_gb)
+    if "LOCAL_RANK" in changes and changes["LOCAL_RANK"] != os.environ.get("LOCAL_RANK"):
+        logger.info(
+            "LOCAL_RANK %s -> %s for vLLM (index among the visible devices)",
+            os.environ.get("LOCAL_RANK"),
+            changes["LOCAL_RANK"],
+        )
+    os.environ.update(changes)
     from mindrl.logs import setup_worker_logging
 
     setup_worker_logging()  # in a run's worker: vLLM's lines to OUTPUT_DIR/logs (else no-op)
-    if accelerator == "cpu":
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_space_gb)
-    elif accelerator == "npu":
+    if accelerator == "npu":
         try:
             import vllm_ascend  # noqa: F401
         except ImportError as err:
@@ -129,6 +153,7 @@ def prepare_vllm_environment(accelerator: str, cpu_kvcache_space_gb: int = 1) ->
                 "importable here. Install vllm-ascend matching your vllm, or set "
                 "generate_config.rollout_backend=hf"
             ) from err
+    return platform
 
 
 def import_vllm():

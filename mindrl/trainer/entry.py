@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mindrl.accelerator import Accelerator, AcceleratorError, mindspeed_args
+from mindrl.accelerator.versions import check_versions
 from mindrl.cluster.placement import ClusterResources, PlacementPlan
 from mindrl.cluster.ray_target import RayConnectError, RayTarget
 from mindrl.config import ConfigError, load_run_config, resolved_yaml
@@ -170,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
             handed = handoffs(run, acc.name)
         except ConfigError as exc:
             problems.extend(exc.problems)
+        if check.cluster is not None:  # the accelerator is here: its software stack too
+            findings = check_versions(acc.name, need_vllm=run.generate.rollout_backend == "vllm")
+            warnings.extend(f.message for f in findings if f.level == "warning")
+            problems.extend(f.message for f in findings if f.level == "error")
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
         fit = check.fit_problems()

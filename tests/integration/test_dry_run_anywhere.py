@@ -340,3 +340,19 @@ def test_target_rules():
     )
     # the runtime section never counts as a hint: runtime.accelerator says it outright
     assert declared_accelerator({"runtime": {"npu_thing": True}})[0] is None
+
+
+def test_the_software_stack_is_checked_where_the_accelerator_is(capsys, monkeypatch, config_dir):
+    # this machine's stack as if megatron-core were too old: one line naming it and the range
+    import mindrl.accelerator.versions as versions
+
+    real = versions.installed_versions()
+    monkeypatch.setattr(versions, "installed_versions", lambda: {**real, "megatron-core": "0.11.0"})
+    rc, _, err = _main(
+        capsys, monkeypatch, config_dir, "plain", "--dry-run", "runtime.ray_num_cpus=2"
+    )
+    assert rc == 2 and "error: invalid config" in err
+    assert "megatron-core 0.11.0 is below the supported range >=0.12,<0.17 for cpu" in err, err
+    # an NPU config planned on this laptop does not check this laptop's stack
+    rc, _, err = _main(capsys, monkeypatch, config_dir, "ms_npu", "--dry-run")
+    assert rc == 0 and "megatron-core 0.11.0" not in err

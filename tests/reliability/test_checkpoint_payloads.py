@@ -48,7 +48,9 @@ def _real_rank_state(iter_dir: Path) -> Path:
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     model(torch.ones(2, 4)).sum().backward()
     opt.step()
-    state = RankTrainState(opt.state_dict(), {"num_steps": 1, "max_lr": 1e-3}, 0, RngState.capture())
+    state = RankTrainState(
+        opt.state_dict(), {"num_steps": 1, "max_lr": 1e-3}, 0, RngState.capture()
+    )
     return save_rank_state(iter_dir, 0, state)
 
 
