@@ -35,11 +35,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "aggregation": ("aggregate_loss", "masked_mean", "masked_sum", "whiten"),
     "dapo": (
-        "DynamicSampler",
-        "DynamicSamplingResult",
-        "accumulate_groups",
+        "GroupFilter",
         "group_sample_indices",
         "informative_groups",
+        "overlong_buffer_penalty",
         "overlong_filter",
         "truncated_responses",
     ),

@@ -7,7 +7,7 @@ contributes no gradient, so DAPO resamples until the batch holds informative gro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -29,69 +29,60 @@ def group_sample_indices(groups: torch.Tensor, group_size: int) -> torch.Tensor:
 
 
 @dataclass
-class DynamicSampler:
-    """Accumulates informative groups over rollout rounds until `target_groups` are kept.
-
-    Round 1 is the first rollout; up to `max_resample_times` more may follow. Each `add`
-    returns the sample indices to keep from that round, trimmed so the total is exactly the
-    target. When rounds run out first, `done` is true and `satisfied` false: the caller
-    decides whether to train on fewer groups or pad with tied ones.
+class GroupFilter:
+    """DAPO's dynamic sampling over the generation batches of one step (MindSpeed-RL's
+    ``filter_groups_*``): each batch's groups whose metric varies are kept, in order, until
+    `target_groups` are held; the surplus of the last batch is dropped. A group of one sample
+    is always kept (its spread is undefined). `max_batches` <= 0 sets no limit.
     """
 
     target_groups: int
     group_size: int
-    max_resample_times: int = 3
-    rounds: int = 0
-    num_groups: int = 0
+    max_batches: int = 1
+    batches: int = 0
+    kept_groups: int = 0
     seen_groups: int = 0
+    varied_groups: int = 0  # before the surplus is dropped
 
     def __post_init__(self) -> None:
-        if self.target_groups < 1 or self.group_size < 1 or self.max_resample_times < 0:
-            raise ValueError("need target_groups >= 1, group_size >= 1, max_resample_times >= 0")
+        if self.target_groups < 1 or self.group_size < 1:
+            raise ValueError("need target_groups >= 1 and group_size >= 1")
 
     @property
     def satisfied(self) -> bool:
-        return self.num_groups >= self.target_groups
+        return self.kept_groups >= self.target_groups
 
     @property
-    def done(self) -> bool:
-        return self.satisfied or self.rounds >= 1 + self.max_resample_times
+    def exhausted(self) -> bool:
+        """No batch may follow and the target is not met."""
+        return not self.satisfied and 0 < self.max_batches <= self.batches
 
-    def add(self, scores: torch.Tensor) -> torch.Tensor:
-        """Register one round's scores [n_groups * group_size]; return sample indices to keep."""
-        if self.done:
-            raise RuntimeError("DynamicSampler is done; start a new one for the next step")
-        self.rounds += 1
-        self.seen_groups += scores.numel() // self.group_size
-        groups = informative_groups(scores, self.group_size)
-        groups = groups[: self.target_groups - self.num_groups]
-        self.num_groups += int(groups.numel())
+    def add(self, metric: torch.Tensor) -> torch.Tensor:
+        """Register one generation batch's per-sample metric; the sample indices to keep."""
+        if self.satisfied or self.exhausted:
+            raise RuntimeError("GroupFilter is done; start a new one for the next step")
+        self.batches += 1
+        self.seen_groups += metric.numel() // self.group_size
+        if self.group_size == 1:
+            groups = torch.arange(metric.numel(), dtype=torch.long)
+        else:
+            groups = informative_groups(metric, self.group_size)
+        self.varied_groups += int(groups.numel())
+        groups = groups[: self.target_groups - self.kept_groups]
+        self.kept_groups += int(groups.numel())
         return group_sample_indices(groups, self.group_size)
 
 
-@dataclass(frozen=True)
-class DynamicSamplingResult:
-    kept: list[torch.Tensor]  # per round used: sample indices kept from that round
-    rounds_used: int
-    num_groups: int
-    satisfied: bool
-
-
-def accumulate_groups(
-    score_rounds: Iterable[torch.Tensor],
-    group_size: int,
-    target_groups: int,
-    max_resample_times: int = 3,
-) -> DynamicSamplingResult:
-    """Pull rounds from `score_rounds` (lazily: a generator may roll out on demand) until
-    `target_groups` informative groups are kept or 1 + max_resample_times rounds are used."""
-    sampler = DynamicSampler(target_groups, group_size, max_resample_times)
-    kept: list[torch.Tensor] = []
-    for scores in score_rounds:
-        kept.append(sampler.add(scores))
-        if sampler.done:
-            break
-    return DynamicSamplingResult(kept, sampler.rounds, sampler.num_groups, sampler.satisfied)
+def overlong_buffer_penalty(
+    response_lengths: torch.Tensor, max_tokens: int, buffer: int, factor: float
+) -> torch.Tensor:
+    """DAPO's soft overlong punishment, added to the rule reward: 0 up to
+    ``max_tokens - buffer`` generated tokens, then falling linearly to ``-factor`` at
+    `max_tokens` (float32 [B])."""
+    if not 0 < buffer < max_tokens:
+        raise ValueError(f"overlong buffer {buffer} must be in (0, max_tokens {max_tokens})")
+    exceed = (response_lengths.float() - (max_tokens - buffer)).clamp(max=buffer)
+    return (-exceed / buffer * factor).clamp(max=0.0)
 
 
 def truncated_responses(finish_reasons: Sequence[str]) -> torch.Tensor:

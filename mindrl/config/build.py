@@ -11,8 +11,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from mindrl.config.dapo import DAPO, dapo_rl
 from mindrl.config.errors import ConfigError
-from mindrl.config.fates import SECTION_FATES, section_fate
+from mindrl.config.fates import SECTION_FATES, section_fate, warn_once
 from mindrl.config.fields import _Problems, build_dataclass, build_groups, suggest
 from mindrl.config.generate import GenerateConfig
 from mindrl.config.model_family import infer_family
@@ -145,7 +146,16 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
     notes: list[str] = []
     actor = _build_role(raw, "actor", res.actor_resource.num_npus, problems, notes)
     ref = reward = None
-    if res.use_integrated_worker:
+    dapo = actor is not None and actor.data.stage == DAPO
+    if dapo:  # MindSpeed-RL's DAPO trainer: its loss settings, no reference model
+        rl = dapo_rl(rl)
+    if dapo and raw.get("ref_config") is not None:
+        warn_once(
+            "dapo.ref_config",
+            "ref_config: no effect with stage ray_dapo (MindSpeed-RL's DAPO trainer has no "
+            "reference model)",
+        )
+    elif res.use_integrated_worker:
         _refuse_separate_roles(raw, res, problems)
         if actor is not None and rl.algorithm.kl.where != "off":
             ref = dataclasses.replace(actor, role="ref")  # MindSpeed-RL's integrated reference

@@ -13,7 +13,7 @@ from mindrl.config.run import RunConfig
 
 def optimizer_steps_line(run: RunConfig) -> str:
     alg = run.rl.algorithm
-    gbs = run.actor.batch.global_batch_size
+    gbs = run.train_prompts
     samples = gbs * alg.n_samples_per_prompt
     mini = alg.mini_batch_samples or samples
     how = (
@@ -32,7 +32,7 @@ def mini_batch_reading_notice(run: RunConfig) -> str | None:
     alg = run.rl.algorithm
     if not alg.mini_batch_size:
         return None
-    gbs, n = run.actor.batch.global_batch_size, alg.n_samples_per_prompt
+    gbs, n = run.train_prompts, alg.n_samples_per_prompt
     samples = gbs * n
     as_prompts = alg.mini_batch_size * n
     as_samples = alg.mini_batch_size
@@ -60,5 +60,35 @@ def meaning_lines(run: RunConfig) -> list[str]:
             else "ref_config"
         )
     lines.append(f"reference model: {ref}")
+    stage = dapo_line(run)
+    if stage:
+        lines.append(stage)
     lines.extend(run.notes)
     return lines
+
+
+def dapo_line(run: RunConfig) -> str | None:
+    """What stage ray_dapo trains with, in one line (None for ray_grpo)."""
+    if run.actor.data.stage != "ray_dapo":
+        return None
+    alg, dapo = run.rl.algorithm, run.rl.dapo
+    high = alg.clip_ratio if alg.clip_ratio_high is None else alg.clip_ratio_high
+    parts = [
+        f"ratio clipped to [{1 - alg.clip_ratio:g}, {1 + high:g}]",
+        f"loss {alg.loss_agg_mode}",
+        "no KL",
+    ]
+    if dapo.filter_groups_enable:
+        limit = dapo.filter_groups_max_batches
+        parts.append(
+            f"dynamic sampling: {dapo.filter_groups_train_batch_size} prompts whose "
+            f"{dapo.filter_groups_metric} scores differ, from at most "
+            f"{limit if limit > 0 else 'unlimited'} batch(es) of "
+            f"{run.actor.batch.global_batch_size}"
+        )
+    if dapo.overlong_buffer_enable:
+        parts.append(
+            f"overlong buffer: the last {dapo.overlong_buffer} of {dapo.rollout_max_tokens} "
+            f"tokens down to -{dapo.overlong_buffer_penalty_factor:g}"
+        )
+    return "stage ray_dapo: " + "; ".join(parts)

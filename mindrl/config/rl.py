@@ -84,7 +84,9 @@ class AlgorithmConfig:
     clip_ratio_high: float | None = spec(
         None, gt=0.0, le=1.0, aliases=("epsilon_high",), help="DAPO clip-higher upper bound"
     )
-    clip_ratio_c: float = spec(3.0, gt=1.0, help="dual-clip bound for negative advantages")
+    clip_ratio_c: float | None = spec(
+        3.0, gt=1.0, help="dual-clip bound for negative advantages (null: no dual clip)"
+    )
     loss_agg_mode: str = spec("token-mean", choices=LOSS_AGG_MODES)
     loss_agg_horizon: int | None = spec(
         None,
@@ -131,12 +133,15 @@ class AlgorithmConfig:
         False,
         help="DAPO: drop groups whose rewards all tie",
         fate=refused(
-            "DAPO dynamic sampling: not built yet (group resampling is in mindrl.algorithms but "
-            "not wired into the trainer)"
+            "verl-style dynamic sampling under this name: not built; DAPO's dynamic sampling is "
+            "MindSpeed-RL's filter_groups_enable (filter_groups_metric, _max_batches, "
+            "_train_batch_size) with stage: ray_dapo"
         ),
     )
     max_resample_times: int = spec(
-        3, ge=0, fate=no_effect("only dynamic_sampling reads it (not built yet)")
+        3,
+        ge=0,
+        fate=no_effect("only dynamic_sampling reads it; DAPO's is filter_groups_max_batches"),
     )
     cliprange_value: float = spec(
         0.5, fate=no_effect("only the PPO critic's value loss reads it (not built yet)")

@@ -1,6 +1,6 @@
-"""`rl_config` keys of MindSpeed-RL features mindrl has not built, or does differently.
+"""`rl_config` keys of MindSpeed-RL features beside GRPO's, built or not.
 
-DAPO's loss switches, dynamic sampling and overlong buffer, partial rollout, multi-turn tool
+DAPO's loss switches, dynamic sampling and overlong buffer (built), partial rollout, multi-turn tool
 calls, sequence packing / dynamic batch sizes and MindSpeed-RL's TransferDock dispatch
 settings. Refused keys name the missing feature; the others change speed or memory only and
 are warned once when set to something other than their default.
@@ -10,18 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mindrl.config.fates import HCCL_ENV, handed, no_effect, refused
+from mindrl.config.fates import HCCL_ENV, handed, honoured, no_effect, refused
 from mindrl.config.fields import spec
 
-DAPO_LOSS = "DAPO loss (stage ray_dapo): not built yet"
-DAPO_FILTER = refused(
-    "DAPO dynamic sampling (filter_groups): not built yet; the group filter is in "
-    "mindrl.algorithms but not wired into the trainer"
-)
-DAPO_OVERLONG = refused(
-    "DAPO overlong buffer penalty: not built yet as an rl_config switch; the same curve is the "
-    "soft_overlong verifier (soft_max_length, soft_cache_length)"
-)
+# read by mindrl.config.dapo into the algorithm settings of stage ray_dapo (warned as no
+# effect with ray_grpo)
+DAPO_LOSS = honoured("RLConfig.algorithm")
 MULTI_TURN = no_effect("only multi-turn rollout reads it (multi_turn_enable: not built yet)")
 PACKING = no_effect(
     "sequence packing / dynamic micro-batches are not built: micro-batches hold "
@@ -36,31 +30,42 @@ DISPATCH = no_effect(
 
 @dataclass(frozen=True)
 class DapoConfig:
-    """DAPO's switches (read by MindSpeed-RL's DAPO loss / trainer only)."""
+    """DAPO's switches, read as MindSpeed-RL reads them (`mindrl.config.dapo`): the loss and
+    dynamic-sampling keys by its DAPO trainer only (stage ray_dapo), the overlong buffer by
+    its rule reward whatever the stage."""
 
     clip_higher_enable: bool = spec(
         False,
-        fate=refused(
-            f"{DAPO_LOSS}; mindrl's own asymmetric clip is clip_ratio (lower) and "
-            "clip_ratio_high (upper, verl's epsilon_high)"
-        ),
+        fate=DAPO_LOSS,
+        help="DAPO's asymmetric clip: [1 - clip_ratio_low, 1 + clip_ratio_high] (else "
+        "clip_ratio both ways)",
     )
-    clip_ratio_low: float = spec(
-        0.1, fate=refused(f"{DAPO_LOSS}; mindrl's lower clip bound is clip_ratio")
-    )
+    clip_ratio_low: float = spec(0.1, gt=0.0, le=1.0, fate=DAPO_LOSS)
     token_level_loss: bool = spec(
-        True, fate=refused(f"{DAPO_LOSS}; mindrl aggregates the loss by loss_agg_mode")
+        True,
+        fate=DAPO_LOSS,
+        help="DAPO: token-mean over the batch (true) or the mean of per-sequence token means",
     )
-    overlong_buffer_enable: bool = spec(False, fate=DAPO_OVERLONG)
-    overlong_buffer: int = spec(0, fate=DAPO_OVERLONG)
-    overlong_buffer_penalty_factor: float = spec(1.0, fate=DAPO_OVERLONG)
+    overlong_buffer_enable: bool = spec(
+        False,
+        help="penalise responses in the last overlong_buffer tokens before rollout_max_tokens: "
+        "linearly down to -overlong_buffer_penalty_factor (rule rewards)",
+    )
+    overlong_buffer: int = spec(0, ge=0)
+    overlong_buffer_penalty_factor: float = spec(1.0, ge=0.0)
     rollout_max_tokens: int = spec(
-        2048, fate=no_effect("only DAPO's overlong buffer penalty reads it (not built yet)")
+        2048, ge=1, help="must equal sampling_config.max_tokens when overlong_buffer_enable"
     )
-    filter_groups_enable: bool = spec(False, fate=DAPO_FILTER)
-    filter_groups_metric: str = spec("acc", fate=DAPO_FILTER)
-    filter_groups_max_batches: int = spec(1, fate=DAPO_FILTER)
-    filter_groups_train_batch_size: int = spec(1, fate=DAPO_FILTER)
+    filter_groups_enable: bool = spec(
+        False,
+        help="dynamic sampling: keep only groups whose filter_groups_metric scores differ, "
+        "generating more batches until filter_groups_train_batch_size prompts are kept",
+    )
+    filter_groups_metric: str = "acc"
+    filter_groups_max_batches: int = spec(
+        1, help="generation batches per step at most; <= 0: no limit"
+    )
+    filter_groups_train_batch_size: int = spec(1, ge=1)
 
 
 @dataclass(frozen=True)

@@ -229,12 +229,11 @@ class DataConfig:
     seed: int = spec(1234, ge=0)
     stage: str = spec(
         "ray_grpo",
+        help="ray_grpo or ray_dapo (DAPO's loss, dynamic sampling, no reference model)",
         fate=refused(
-            "mindrl trains GRPO only (stage: ray_grpo)",
-            allowed=("ray_grpo",),
+            "mindrl trains GRPO and DAPO (stage: ray_grpo / ray_dapo)",
+            allowed=("ray_grpo", "ray_dapo"),
             reasons={
-                "ray_dapo": "the DAPO trainer (stage ray_dapo): not built yet; mindrl's GRPO has "
-                "DAPO's clip_ratio_high, loss_agg_mode and the soft_overlong verifier",
                 "ray_ppo": "PPO (stage ray_ppo: critic, GAE): not built yet",
                 "dpo": "offline DPO (stage dpo): not built yet",
                 "ray_online_dpo": "online DPO (stage ray_online_dpo): not built yet",

@@ -84,9 +84,18 @@ class RunConfig:
         return self.runtime.output_dir or f"outputs/{self.config_name}"
 
     @property
+    def train_prompts(self) -> int:
+        """Prompts one step trains on: global_batch_size, or with DAPO's dynamic sampling
+        (stage ray_dapo, filter_groups_enable) filter_groups_train_batch_size."""
+        dapo = self.rl.dapo
+        if self.actor.data.stage == "ray_dapo" and dapo.filter_groups_enable:
+            return dapo.filter_groups_train_batch_size
+        return self.actor.batch.global_batch_size
+
+    @property
     def optimizer_steps_per_rl_step(self) -> int:
         """Epochs x mini-batches of one RL step's samples (the LR schedule's unit)."""
         alg = self.rl.algorithm
-        samples = self.actor.batch.global_batch_size * alg.n_samples_per_prompt
+        samples = self.train_prompts * alg.n_samples_per_prompt
         mini = alg.mini_batch_samples or samples
         return alg.epochs * (samples // mini)

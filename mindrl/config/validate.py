@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mindrl.algorithms.names import GROUP_ESTIMATORS, RETURN_ESTIMATORS
+from mindrl.config.dapo import DAPO, dapo_problems
 from mindrl.config.errors import ConfigError
 from mindrl.config.fates import warn_once
 from mindrl.config.rl import MIN_VERIFIER_MEMORY_MB, AlgorithmConfig
@@ -66,21 +67,21 @@ def _role_layout_problems(role: RoleConfig, resource_key: str) -> list[str]:
 def _batch_problems(run: RunConfig) -> list[str]:
     out = []
     alg = run.rl.algorithm
-    gbs = run.actor.batch.global_batch_size
+    gbs = run.train_prompts  # global_batch_size unless DAPO's dynamic sampling trims it
     samples = gbs * alg.n_samples_per_prompt
     for role in run.roles:
         sec = ROLE_NAMES[role.role]
         if role.dp == 0:
             continue  # layout error already reported
-        if role.batch.global_batch_size != gbs:
+        if role.batch.global_batch_size != run.actor.batch.global_batch_size:
             out.append(
                 f"{sec}.global_batch_size: {role.batch.global_batch_size} differs from the "
-                f"actor's {gbs}; every role sees the same batch"
+                f"actor's {run.actor.batch.global_batch_size}; every role sees the same batch"
             )
         step = role.batch.micro_batch_size * role.dp
         if samples % step:
             out.append(
-                f"{sec}.micro_batch_size: global_batch_size x n_samples_per_prompt = {samples} "
+                f"{sec}.micro_batch_size: {_prompts_key(run)} x n_samples_per_prompt = {samples} "
                 f"samples is not divisible by micro_batch_size ({role.batch.micro_batch_size}) x "
                 f"DP ({role.dp}) = {step}"
             )
@@ -93,7 +94,7 @@ def _batch_problems(run: RunConfig) -> list[str]:
         out.append(
             f"rl_config.mini_batch_size: {alg.mini_batch_size} {alg.mini_batch_size_unit} = "
             f"{mini} samples does not divide the {samples} samples of a step "
-            f"(global_batch_size {gbs} x n_samples_per_prompt {alg.n_samples_per_prompt})"
+            f"({_prompts_key(run)} {gbs} x n_samples_per_prompt {alg.n_samples_per_prompt})"
         )
     if run.actor.dp:
         step = run.actor.batch.micro_batch_size * run.actor.dp
@@ -103,6 +104,12 @@ def _batch_problems(run: RunConfig) -> list[str]:
                 f"micro_batch_size x DP = {step}"
             )
     return out
+
+
+def _prompts_key(run: RunConfig) -> str:
+    if run.train_prompts != run.actor.batch.global_batch_size:
+        return "filter_groups_train_batch_size"
+    return "global_batch_size"
 
 
 def _mini_batch_other_reading(alg: AlgorithmConfig, gbs: int) -> str | None:
@@ -167,7 +174,8 @@ def _algorithm_problems(run: RunConfig) -> list[str]:
             f"rl_config.gamma: {alg.gamma} has no effect with adv_estimator "
             f"{alg.adv_estimator} (whole-sequence scores); reinforce_plus_plus reads it",
         )
-    if alg.clip_ratio_high is not None and alg.clip_ratio_high < alg.clip_ratio:
+    dapo = run.actor.data.stage == DAPO  # its clip bounds are checked by dapo_problems
+    if not dapo and alg.clip_ratio_high is not None and alg.clip_ratio_high < alg.clip_ratio:
         out.append(
             f"rl_config.clip_ratio_high: {alg.clip_ratio_high} is below clip_ratio "
             f"({alg.clip_ratio})"
@@ -351,6 +359,7 @@ def cross_field_problems(
         out.extend(_role_layout_problems(role, key))
     out.extend(_batch_problems(run))
     out.extend(_algorithm_problems(run))
+    out.extend(dapo_problems(run))
     out.extend(_reward_problems(run))
     if check_paths:
         out.extend(_path_problems(run, local=local_paths))

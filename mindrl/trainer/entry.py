@@ -141,13 +141,22 @@ def dry_run_path_warnings(run: RunConfig) -> list[str]:
     return [f"{p} (on this machine; a real run needs it)" for p in missing_path_problems(run)]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, stage: str | None = None) -> int:
+    """`stage`: the one stage this command runs (cli/train_dapo.py: ray_dapo); None: the
+    config's (cli/train_grpo.py runs ray_grpo and ray_dapo configs alike)."""
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     warnings: list[str] = []
     try:
         run, raw = load_run_config(
             args.config_name, overrides, config_dir=args.config_path, local_paths=not args.dry_run
         )
+        if stage is not None and run.actor.data.stage != stage:
+            raise ConfigError(
+                [
+                    f"megatron_training.stage: {run.actor.data.stage}, but this command runs "
+                    f"{stage} (set stage: {stage}, or use cli/train_grpo.py)"
+                ]
+            )
         tracker_issues = tracker_problems(run.rl.logging)  # wandb / swanlab importable, modes
         if tracker_issues:
             raise ConfigError(tracker_issues)

@@ -1,4 +1,4 @@
-"""The GRPO loop. One step, as DESIGN.md draws it:
+"""The GRPO / DAPO loop. One step, as DESIGN.md draws it:
 
     prompts -> actor.generate (n per prompt) -> rule rewards -> reference and old log-probs
     (old ones only when the batch gets more than one optimizer step) -> group advantages
@@ -19,9 +19,9 @@ from typing import Any
 
 from mindrl.config.run import RunConfig
 from mindrl.trainer.advantage_step import compute_step_advantages, uses_kl_in_reward
+from mindrl.trainer.dynamic_sampling import rollout_and_score
 from mindrl.trainer.metrics import Timer
-from mindrl.trainer.rollout_step import generate_batch, step_sampling
-from mindrl.trainer.scoring import Scored, score_batch
+from mindrl.trainer.scoring import Scored
 from mindrl.trainer.setup import Trainer
 from mindrl.trainer.step_metrics import step_metrics
 from mindrl.trainer.validation import validate, validation_due
@@ -47,15 +47,8 @@ def grpo_step(
     phase boundary (where a stop request ends the step)."""
     roles, run, timer = t.roles, t.run, Timer()
     with timer("step"):
-        records = t.prompts.dataset.batch(t.prompts.sampler.next_batch())
-        with timer("rollout"):
-            batch = generate_batch(
-                roles.generator, records, step_sampling(run, step), t.prompts.pad_id
-            )
-        between_phases()
-        with timer("reward"):
-            scored = score_batch(t, batch)
-        between_phases()
+        # one generation batch, or DAPO's dynamic sampling over several
+        batch, scored, sampling_metrics = rollout_and_score(t, step, timer, between_phases)
         with timer("ref"):
             ref_lp = roles.ref.log_probs(batch) if roles.ref is not None else None
         old_lp = None
@@ -85,7 +78,7 @@ def grpo_step(
         sync,
         epochs=run.rl.algorithm.epochs,
     )
-    return metrics, scored
+    return {**metrics, **sampling_metrics}, scored
 
 
 def run_state_now(t: Trainer, step: int) -> Any:
@@ -135,6 +128,7 @@ def train(run: RunConfig, raw: dict[str, Any]) -> int:
     from mindrl.checkpoint.errors import CheckpointReadError
     from mindrl.cluster.errors import WorkerGroupError
     from mindrl.trainer.checkpointing import CheckpointWriter
+    from mindrl.trainer.dynamic_sampling import DynamicSamplingError
     from mindrl.trainer.interrupts import RunInterrupted, stop_on_signals
     from mindrl.trainer.setup import setup
 
@@ -154,6 +148,9 @@ def train(run: RunConfig, raw: dict[str, Any]) -> int:
                 train_loop(t, stop.check, progress)
         except RunInterrupted as exc:
             return stopped(exc.signum)
+        except DynamicSamplingError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         except CheckpointReadError as exc:
             print(f"error: damaged checkpoint: {exc}", file=sys.stderr)
             return 2

@@ -14,6 +14,7 @@ import torch
 from mindrl.data.batch import SampleBatch
 
 if TYPE_CHECKING:
+    from mindrl.config.rl_features import DapoConfig
     from mindrl.rewards.scorer import RewardScorer
     from mindrl.trainer.setup import Trainer
     from mindrl.workers.facades import RewardModelGroup
@@ -24,6 +25,26 @@ class Scored:
     scores: torch.Tensor  # [B] float32, the reward of each sample
     metrics: dict[str, float]
     completions: list[dict[str, Any]] = field(default_factory=list)
+    per_function: dict[str, torch.Tensor] = field(default_factory=dict)  # [B] unweighted
+
+    def select(self, index: torch.Tensor) -> Scored:
+        """Samples `index` (the metrics stay those of the whole batch)."""
+        rows = index.tolist()
+        return Scored(
+            self.scores[index],
+            self.metrics,
+            [self.completions[i] for i in rows] if self.completions else [],
+            {name: values[index] for name, values in self.per_function.items()},
+        )
+
+    @staticmethod
+    def concat(parts: list[Scored], metrics: dict[str, float]) -> Scored:
+        return Scored(
+            torch.cat([p.scores for p in parts]),
+            metrics,
+            [c for p in parts for c in p.completions],
+            {k: torch.cat([p.per_function[k] for p in parts]) for k in parts[0].per_function},
+        )
 
 
 def response_texts(batch: SampleBatch, tokenizer: Any) -> list[str]:
@@ -34,9 +55,15 @@ def response_texts(batch: SampleBatch, tokenizer: Any) -> list[str]:
 
 
 def score_with_verifiers(
-    batch: SampleBatch, scorer: RewardScorer, tokenizer: Any, max_tokens: int
+    batch: SampleBatch,
+    scorer: RewardScorer,
+    tokenizer: Any,
+    max_tokens: int,
+    overlong: DapoConfig | None = None,
 ) -> Scored:
-    """`rl_config.verifier_function` x `verifier_weight` on each decoded response."""
+    """`rl_config.verifier_function` x `verifier_weight` on each decoded response, plus
+    DAPO's overlong buffer penalty when `overlong.overlong_buffer_enable`."""
+    from mindrl.algorithms.dapo import overlong_buffer_penalty
     from mindrl.rewards.types import SampleMeta
 
     texts = response_texts(batch, tokenizer)
@@ -45,15 +72,28 @@ def score_with_verifiers(
         for n, f in zip(batch.response_lengths.tolist(), batch.meta["finish_reason"])
     ]
     result = scorer.score(texts, batch.meta["label"], metas)
+    scores = torch.tensor(result.scores, dtype=torch.float32)
+    metrics = dict(result.metrics)
+    if overlong is not None and overlong.overlong_buffer_enable:
+        penalty = overlong_buffer_penalty(
+            batch.response_lengths,
+            overlong.rollout_max_tokens,
+            overlong.overlong_buffer,
+            overlong.overlong_buffer_penalty_factor,
+        )
+        scores = scores + penalty
+        metrics["reward/overlong_penalty_mean"] = float(penalty.mean())
     completions = [
         {"prompt": p, "response": t, "label": lab, "score": s}
         for p, t, lab, s in zip(
-            batch.meta["prompt_text"], texts, batch.meta["label"], result.scores
+            batch.meta["prompt_text"], texts, batch.meta["label"], scores.tolist()
         )
     ]
-    return Scored(
-        torch.tensor(result.scores, dtype=torch.float32), dict(result.metrics), completions
-    )
+    per_function = {
+        name: torch.tensor(values, dtype=torch.float32)
+        for name, values in result.per_function.items()
+    }
+    return Scored(scores, metrics, completions, per_function)
 
 
 def score_with_reward_model(batch: SampleBatch, reward_model: RewardModelGroup) -> Scored:
@@ -67,4 +107,4 @@ def score_batch(t: Trainer, batch: SampleBatch) -> Scored:
         return score_with_reward_model(batch, t.roles.reward)
     assert t.scorer is not None
     max_tokens = t.run.generate.sampling_config.max_tokens
-    return score_with_verifiers(batch, t.scorer, t.prompts.tokenizer, max_tokens)
+    return score_with_verifiers(batch, t.scorer, t.prompts.tokenizer, max_tokens, t.run.rl.dapo)

@@ -13,15 +13,18 @@ from tests.fresh_process import REPO as ROOT
 from tests.fresh_process import ProcessRun, run_process
 
 CLI = ROOT / "cli" / "train_grpo.py"
+DAPO_CLI = ROOT / "cli" / "train_dapo.py"
 VOLATILE = ("time", "e2e_tps", "update_tps", "vllm_tps", "reward/score_time_s", "resharding/")
 TRAIN_TIMEOUT_S = 600.0  # one tiny run, Ray and the workers' start-up included
 
 
-def train_cmd(out: Path, *overrides: str, config: str = "grpo_tiny_cpu") -> list[str]:
+def train_cmd(
+    out: Path, *overrides: str, config: str = "grpo_tiny_cpu", cli: Path = CLI
+) -> list[str]:
     """The command line of a run of `config` (a tiny-model config) writing to `out`."""
     return [
         sys.executable,
-        str(CLI),
+        str(cli),
         "--config-name",
         config,
         f"runtime.output_dir={out}",
@@ -31,14 +34,18 @@ def train_cmd(out: Path, *overrides: str, config: str = "grpo_tiny_cpu") -> list
 
 
 def run_train(
-    out: Path, *overrides: str, timeout_s: float = TRAIN_TIMEOUT_S, config: str = "grpo_tiny_cpu"
+    out: Path,
+    *overrides: str,
+    timeout_s: float = TRAIN_TIMEOUT_S,
+    config: str = "grpo_tiny_cpu",
+    cli: Path = CLI,
 ) -> ProcessRun:
     """Run the trainer to completion (returncode, stdout, stderr); each run's logs are kept in
     a new folder beside `out`. Raises FreshProcessError, after killing the run's process tree,
     on timeout."""
     out.parent.mkdir(parents=True, exist_ok=True)
     log_dir = Path(tempfile.mkdtemp(prefix=f"{out.name}.logs-", dir=out.parent))
-    cmd = train_cmd(out, *overrides, config=config)
+    cmd = train_cmd(out, *overrides, config=config, cli=cli)
     return run_process(cmd, timeout_s=timeout_s, cwd=ROOT, log_dir=log_dir)
 
 

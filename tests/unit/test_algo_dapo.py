@@ -7,10 +7,10 @@ import torch
 
 from mindrl.algorithms.aggregation import aggregate_loss
 from mindrl.algorithms.dapo import (
-    DynamicSampler,
-    accumulate_groups,
+    GroupFilter,
     group_sample_indices,
     informative_groups,
+    overlong_buffer_penalty,
     overlong_filter,
     truncated_responses,
 )
@@ -36,44 +36,49 @@ def _round(*groups: list[float]) -> torch.Tensor:
     return torch.tensor([s for grp in groups for s in grp])
 
 
-def test_accumulate_until_target_and_trim() -> None:
-    pulled = []
-
-    def rounds():
-        data = [
-            _round([1, 0], [1, 1], [0, 0]),  # 1 informative (group 0)
-            _round([0, 0], [1, 1], [1, 1]),  # none
-            _round([0, 1], [1, 1], [1, 0], [0.5, 0.0]),  # groups 0, 2, 3: only 2 needed
-            _round([0, 1], [1, 0], [1, 0]),  # must never be pulled
-        ]
-        for i, scores in enumerate(data):
-            pulled.append(i)
-            yield scores
-
-    res = accumulate_groups(rounds(), group_size=2, target_groups=3, max_resample_times=5)
-    assert res.rounds_used == 3 and res.num_groups == 3 and res.satisfied
-    assert [k.tolist() for k in res.kept] == [[0, 1], [], [0, 1, 4, 5]]
-    assert pulled == [0, 1, 2]
-
-
-def test_accumulate_stops_after_max_resample_times() -> None:
-    tied = _round([1, 1], [0, 0])
-    res = accumulate_groups(
-        iter([tied, _round([1, 0], [0, 0]), tied, tied]), 2, target_groups=4, max_resample_times=1
-    )
-    assert res.rounds_used == 2 and res.num_groups == 1 and not res.satisfied
-    assert [k.tolist() for k in res.kept] == [[], [0, 1]]
-
-
-def test_sampler_state_and_misuse() -> None:
-    sampler = DynamicSampler(target_groups=1, group_size=2, max_resample_times=0)
-    assert not sampler.done
-    assert sampler.add(_round([1, 1], [0, 1])).tolist() == [2, 3]
-    assert sampler.done and sampler.satisfied and sampler.rounds == 1 and sampler.seen_groups == 2
+def test_filter_keeps_varied_groups_until_the_target_and_trims() -> None:
+    batches = [
+        _round([1, 0], [1, 1], [0, 0]),  # 1 informative (group 0)
+        _round([0, 0], [1, 1], [1, 1]),  # none
+        _round([0, 1], [1, 1], [1, 0], [0.5, 0.0]),  # groups 0, 2, 3: only 2 needed
+    ]
+    filt = GroupFilter(target_groups=3, group_size=2, max_batches=-1)
+    kept = []
+    for metric in batches:
+        kept.append(filt.add(metric).tolist())
+    assert kept == [[0, 1], [], [0, 1, 4, 5]]
+    assert filt.satisfied and filt.batches == 3 and filt.seen_groups == 10
+    assert filt.varied_groups == 4 and filt.kept_groups == 3
     with pytest.raises(RuntimeError):
-        sampler.add(_round([1, 0]))
+        filt.add(_round([0, 1]))
+
+
+def test_filter_is_exhausted_after_max_batches_and_unlimited_at_zero() -> None:
+    tied = _round([1, 1], [0, 0])
+    filt = GroupFilter(target_groups=2, group_size=2, max_batches=2)
+    assert filt.add(tied).tolist() == [] and not filt.exhausted
+    assert filt.add(_round([1, 0], [0, 0])).tolist() == [0, 1]
+    assert filt.exhausted and not filt.satisfied
+    unlimited = GroupFilter(target_groups=1, group_size=2, max_batches=0)
+    for _ in range(50):
+        unlimited.add(tied)
+    assert not unlimited.exhausted and unlimited.batches == 50
+
+
+def test_groups_of_one_are_always_kept() -> None:
+    filt = GroupFilter(target_groups=3, group_size=1)
+    assert filt.add(torch.tensor([1.0, 1.0, 1.0, 1.0])).tolist() == [0, 1, 2]
     with pytest.raises(ValueError):
-        DynamicSampler(target_groups=0, group_size=2)
+        GroupFilter(target_groups=0, group_size=2)
+
+
+def test_overlong_buffer_penalty_hand_example() -> None:
+    # rollout_max_tokens 20, buffer 8, factor 0.5: free up to 12 tokens, -0.5 at 20
+    lengths = torch.tensor([5, 12, 13, 16, 20])
+    got = overlong_buffer_penalty(lengths, 20, 8, 0.5)
+    assert got.tolist() == pytest.approx([0.0, 0.0, -0.0625, -0.25, -0.5])
+    with pytest.raises(ValueError):
+        overlong_buffer_penalty(lengths, 20, 20, 0.5)
 
 
 def test_overlong_filter_from_finish_reasons_and_bool() -> None:

@@ -80,7 +80,7 @@ INVALID: list[tuple[list[str], list[str]]] = [
         ["rl_config.reward_resource", "no reward_config"],
     ),
     (["~actor_config"], ["actor_config: required section"]),
-    (["rl_config.dynamic_sampling=true"], ["rl_config.dynamic_sampling", "not wired"]),
+    (["rl_config.dynamic_sampling=true"], ["rl_config.dynamic_sampling", "filter_groups_enable"]),
 ]
 
 

@@ -133,7 +133,15 @@ class LengthScorer:
 
     def score(self, texts, labels, metas):
         scores = [float(len(t.split())) for t in texts]
-        return type("R", (), {"scores": scores, "metrics": {"len_rewards/mean": 1.0}})()
+        return type(
+            "R",
+            (),
+            {
+                "scores": scores,
+                "metrics": {"len_rewards/mean": 1.0},
+                "per_function": {"digit_share": scores},
+            },
+        )()
 
 
 def _trainer(overrides: list[str]) -> tuple[Trainer, FakeActor]:
