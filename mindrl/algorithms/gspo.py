@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from mindrl.algorithms.aggregation import masked_mean, masked_sum
-from mindrl.algorithms.ratios import LOG_RATIO_CLAMP, ClippedTokens
+from mindrl.algorithms.ratios import LOG_RATIO_CLAMP, ClippedTokens, clipped_surrogate
 
 
 def sequence_log_ratio(
@@ -40,19 +40,13 @@ def gspo_token_losses(
     """Per-token GSPO losses [B, T] (aggregate with seq-mean-token-mean for the paper's
     objective); `clip_ratio` is eps_low, `clip_ratio_high` eps_high (default eps_low).
     `ratio` holds s_i on every token; no dual clip (the paper has none)."""
-    eps_high = clip_ratio if clip_ratio_high is None else clip_ratio_high
     mask = response_mask.bool()
     adv = advantages.float()
     log_seq = sequence_log_ratio(log_prob, old_log_prob, mask)
     lp = log_prob.float()
     log_token = (log_seq.detach() + lp - lp.detach()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_token)  # s_i on every token, gradient through log pi(y_i,t)
-    low, high = 1.0 - clip_ratio, 1.0 + eps_high
-    clip_high = (adv > 0) & (ratio > high)
-    clip_low = (adv < 0) & (ratio < low)
-    losses = -adv * ratio
-    losses = torch.where(clip_high, -adv * high, losses)
-    losses = torch.where(clip_low, -adv * low, losses)
+    losses, clip_high, clip_low = clipped_surrogate(adv, ratio, clip_ratio, clip_ratio_high)
     none = torch.zeros_like(clip_high)
     return ClippedTokens(losses, ratio.detach(), (clip_high | clip_low) & mask, none)
 

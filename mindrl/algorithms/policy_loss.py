@@ -18,7 +18,7 @@ import torch
 from mindrl.algorithms.aggregation import aggregate_loss, masked_mean
 from mindrl.algorithms.gspo import gspo_token_losses
 from mindrl.algorithms.names import POLICY_LOSS_MODES
-from mindrl.algorithms.ratios import LOG_RATIO_CLAMP, ClippedTokens
+from mindrl.algorithms.ratios import LOG_RATIO_CLAMP, ClippedTokens, clipped_surrogate
 
 
 class PolicyLoss(NamedTuple):
@@ -38,18 +38,12 @@ def ppo_clip_token_losses(
 ) -> ClippedTokens:
     """Per-token clipped losses; `clip_ratio` is the low bound, `clip_ratio_high` the high
     (defaults to `clip_ratio`), `clip_ratio_c` the dual-clip cap (None disables it)."""
-    eps_high = clip_ratio if clip_ratio_high is None else clip_ratio_high
     if clip_ratio_c is not None and clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1, got {clip_ratio_c}")
     adv = advantages.float()
     log_ratio = (log_prob.float() - old_log_prob.float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
-    low, high = 1.0 - clip_ratio, 1.0 + eps_high
-    clip_high = (adv > 0) & (ratio > high)
-    clip_low = (adv < 0) & (ratio < low)
-    losses = -adv * ratio
-    losses = torch.where(clip_high, -adv * high, losses)
-    losses = torch.where(clip_low, -adv * low, losses)
+    losses, clip_high, clip_low = clipped_surrogate(adv, ratio, clip_ratio, clip_ratio_high)
     if clip_ratio_c is not None:
         dual = (adv < 0) & (ratio > clip_ratio_c)
         losses = torch.where(dual, -adv * clip_ratio_c, losses)
