@@ -196,7 +196,8 @@ class DataConfig:
         ("labels",),
         fate=no_effect(
             "the columns a prompt store carries were chosen when it was made (the dataset "
-            "YAML's dataset_additional_keys); labels are always kept"
+            "YAML's dataset_additional_keys); they all reach the verifiers as "
+            "SampleMeta.extra, and labels are always kept"
         ),
     )
     no_shuffle: bool = False

@@ -51,6 +51,13 @@ def assemble_rollouts(
     return out
 
 
+def dataset_columns(record: Any) -> dict[str, Any]:
+    """The prompt store's extra columns of a record (its dataset_additional_keys, chosen at
+    preprocessing), for the verifiers (`SampleMeta.extra`); not its index / row."""
+    meta = getattr(record, "metadata", None) or {}
+    return {k: v for k, v in meta.items() if k not in ("index", "row")}
+
+
 def generate_batch(
     generator: RolloutGenerator, records: Sequence[Any], sampling: RolloutSampling, pad_id: int
 ) -> SampleBatch:
@@ -71,6 +78,7 @@ def generate_batch(
             "label": [rec.label for rec in source],
             "prompt_text": [rec.prompt_text for rec in source],
             "finish_reason": [r.finish_reason for r in rows],
+            "extra": [dataset_columns(rec) for rec in source],
         },
         rollout_log_probs=[r.log_probs for r in rows],
     )

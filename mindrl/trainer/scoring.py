@@ -67,9 +67,10 @@ def score_with_verifiers(
     from mindrl.rewards.types import SampleMeta
 
     texts = response_texts(batch, tokenizer)
+    extras = batch.meta.get("extra") or [{}] * batch.size
     metas = [
-        SampleMeta(response_length=int(n), max_length=max_tokens, finish_reason=f)
-        for n, f in zip(batch.response_lengths.tolist(), batch.meta["finish_reason"])
+        SampleMeta(response_length=int(n), max_length=max_tokens, finish_reason=f, extra=x)
+        for n, f, x in zip(batch.response_lengths.tolist(), batch.meta["finish_reason"], extras)
     ]
     result = scorer.score(texts, batch.meta["label"], metas)
     scores = torch.tensor(result.scores, dtype=torch.float32)

@@ -218,3 +218,26 @@ def test_overlong_filter_reaches_the_update_without_editing_the_rollout_batch():
     kept_rows = [i for i, f in enumerate(batch.meta["finish_reason"]) if f == "stop"]
     assert batch.response_mask[cut_rows].sum() == 0
     assert (batch.response_mask[kept_rows].sum(-1) > 0).all()
+
+
+def test_the_prompt_stores_extra_columns_reach_the_verifiers():
+    """A store made with dataset_additional_keys carries those columns per prompt (e.g. a
+    countdown target); each response's SampleMeta.extra holds its prompt's."""
+    from mindrl.data.dataset import PromptRecord
+
+    t, _ = _trainer(["rl_config.mini_batch_size=8"])
+    records = [
+        PromptRecord((10 + i, 11), f"p{i}", str(i), {"index": i, "row": i, "target": 100 + i})
+        for i in range(32)
+    ]
+    t.prompts.dataset.records = records  # type: ignore[attr-defined]
+    seen = []
+
+    class MetaScorer(LengthScorer):
+        def score(self, texts, labels, metas):
+            seen.extend(metas)
+            return super().score(texts, labels, metas)
+
+    t.scorer = MetaScorer()  # type: ignore[misc]
+    grpo_step(t, step=0)
+    assert [m.extra for m in seen[::4]] == [{"target": 100 + i} for i in range(8)]
