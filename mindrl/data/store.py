@@ -164,3 +164,19 @@ def iter_prompts(path: str | Path, verify: bool = True) -> Iterator[dict[str, An
         raise StoreError(f"{prompts_path}: checksum mismatch (file changed after preprocessing)")
     if count != meta["num_prompts"]:
         raise StoreError(f"{prompts_path}: {count} prompts, meta says {meta['num_prompts']}")
+
+
+def write_subset(source: str | Path, keep: list[int], target: str | Path) -> Path:
+    """A new store at `target` holding the records `keep` (positions in `source`, in that
+    order), with the source's meta and the subset noted (e.g. a held-out split)."""
+    wanted = set(keep)
+    picked: dict[int, dict[str, Any]] = {}
+    for i, record in enumerate(iter_prompts(source)):
+        if i in wanted:
+            picked[i] = record
+    meta = {k: v for k, v in read_meta(source).items() if k not in ("num_prompts", "sha256")}
+    meta["subset_of"] = str(source)
+    with StoreWriter(target) as writer:
+        for i in keep:
+            writer.add(picked[i])
+        return writer.commit(meta)
