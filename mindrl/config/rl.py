@@ -177,7 +177,16 @@ class AlgorithmConfig:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    rule_reward: bool = True
+    rule_reward: bool = spec(
+        True,
+        help="score with the rule verifiers; with a reward model too, the sample's reward is "
+        "the weighted verifier sum plus reward_model_weight x its score",
+    )
+    reward_model_weight: float = spec(
+        1.0,
+        help="mindrl: the reward model's weight when rule_reward is on beside it (MindSpeed-RL "
+        "lets one source overwrite the other; mindrl adds them)",
+    )
     verifier_function: tuple[str, ...] = ("base_acc",)
     verifier_weight: tuple[float, ...] = (1.0,)
     verifier_parallel: int | None = spec(

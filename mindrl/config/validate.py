@@ -240,6 +240,12 @@ def _reward_problems(run: RunConfig) -> list[str]:
             "reward_config.tensor_model_parallel_size: the reward model runs as one HF "
             "replica per device (TP = PP = 1); spread it with more devices instead"
         )
+    if rw.reward_model_weight != 1.0 and not (rw.rule_reward and run.reward is not None):
+        warn_once(
+            "RewardConfig.reward_model_weight",
+            f"rl_config.reward_model_weight: {rw.reward_model_weight} has no effect: it weighs "
+            "a reward model's score against the rule rewards, and this run has not both",
+        )
     if not rw.rule_reward and run.reward is None:
         out.append(
             "rl_config.rule_reward: false needs a reward model (reward_config and "

@@ -36,7 +36,7 @@ class Roles:
 
     actor: ActorGroup
     ref: ReferenceGroup | None
-    reward: RewardModelGroup | None  # a reward model (rule_reward: false)
+    reward: RewardModelGroup | None  # a reward model (reward_config + reward_resource)
     rollout: RolloutGroup | None  # when rollout has its own devices
     groups: list[WorkerGroup]
     placement_groups: dict[str, Any]

@@ -103,9 +103,28 @@ def score_with_reward_model(batch: SampleBatch, reward_model: RewardModelGroup) 
 
 
 def score_batch(t: Trainer, batch: SampleBatch) -> Scored:
-    """The reward model when there is one (rule_reward: false), else the rule verifiers."""
+    """The rule verifiers (rule_reward), the reward model (a reward role), or both: then
+    the weighted verifier sum plus reward_model_weight x the model's score."""
+    model = None
     if t.roles.reward is not None:
-        return score_with_reward_model(batch, t.roles.reward)
+        model = score_with_reward_model(batch, t.roles.reward)
+        if t.scorer is None:
+            return model
     assert t.scorer is not None
     max_tokens = t.run.generate.sampling_config.max_tokens
-    return score_with_verifiers(batch, t.scorer, t.prompts.tokenizer, max_tokens, t.run.rl.dapo)
+    rules = score_with_verifiers(batch, t.scorer, t.prompts.tokenizer, max_tokens, t.run.rl.dapo)
+    if model is None:
+        return rules
+    return combined(rules, model, t.run.rl.reward.reward_model_weight)
+
+
+def combined(rules: Scored, model: Scored, weight: float) -> Scored:
+    """Rule scores plus `weight` x the reward model's, per sample (both sets of metrics)."""
+    scores = rules.scores + weight * model.scores
+    completions = [{**c, "score": s} for c, s in zip(rules.completions, scores.tolist())]
+    return Scored(
+        scores,
+        {**rules.metrics, **model.metrics},
+        completions,
+        {**rules.per_function, "reward_model": model.scores},
+    )

@@ -152,7 +152,8 @@ class RolloutGroup:
 
 
 class RewardModelGroup:
-    """A reward model scoring whole sequences (`rule_reward: false`)."""
+    """A reward model scoring whole sequences (alone with `rule_reward: false`, else added to
+    the rule rewards with `reward_model_weight`)."""
 
     def __init__(self, group: WorkerGroup) -> None:
         self.group = group

@@ -1,4 +1,4 @@
-"""The reward-model role (`rule_reward: false`): an HF sequence-classification model scores
+"""The reward-model role (reward_config + reward_resource): an HF sequence-classification model scores
 each prompt + response; one full replica per device, sequences split across replicas.
 
 The reward model is read with transformers (`AutoModelForSequenceClassification`), so any HF

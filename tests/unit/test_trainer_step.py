@@ -241,3 +241,22 @@ def test_the_prompt_stores_extra_columns_reach_the_verifiers():
     t.scorer = MetaScorer()  # type: ignore[misc]
     grpo_step(t, step=0)
     assert [m.extra for m in seen[::4]] == [{"target": 100 + i} for i in range(8)]
+
+
+def test_reward_model_and_rules_together_are_weighted_and_summed():
+    """rule_reward on beside a reward model: the verifier sum + reward_model_weight x the
+    model's score, per sample; both sets of metrics kept."""
+    t, _ = _trainer(["rl_config.mini_batch_size=8", "rl_config.reward_model_weight=0.5"])
+
+    class FakeRewardModel:
+        def scores(self, batch):  # 10, 20, 30, ... per sample
+            return torch.arange(1, batch.size + 1, dtype=torch.float32) * 10
+
+    t.roles.reward = FakeRewardModel()  # type: ignore[misc]
+    _, scored = grpo_step(t, step=0)
+    lengths = torch.tensor([1.0, 2.0, 3.0, 4.0]).repeat(8)
+    expected = lengths + 0.5 * torch.arange(1, 33, dtype=torch.float32) * 10
+    assert torch.allclose(scored.scores, expected)
+    assert [c["score"] for c in scored.completions] == expected.tolist()
+    assert "reward_model/mean" in scored.metrics and "len_rewards/mean" in scored.metrics
+    assert torch.equal(scored.per_function["digit_share"], lengths)
