@@ -19,6 +19,8 @@ TINY_VARIANTS: dict[str, dict] = {
     "tiny_qwen2": {},
     "tiny_llama": {"family": "llama"},
     "tiny_qwen2_odd_vocab": {"vocab_size": 509},
+    "tiny_qwen3": {"family": "qwen3", "head_dim": 64},  # = models.tiny_qwen3_dir()
+    "tiny_llama31": {"family": "llama31", "tie_word_embeddings": False},  # tiny_llama31_dir()
 }
 
 

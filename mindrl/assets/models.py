@@ -1,5 +1,6 @@
-"""Tiny random Qwen2 / Llama models, built from code: every argument set gives bit-identical
-HF folders, cached under a hash of the arguments."""
+"""Tiny random Qwen2 / Llama / Qwen3 / Llama-3.1-style models, built from code with
+transformers' own config classes: every argument set gives bit-identical HF folders, cached under
+a hash of the arguments."""
 
 from __future__ import annotations
 
@@ -20,6 +21,17 @@ if TYPE_CHECKING:
 # Bump when the bytes a builder writes change, so stale cached folders are not reused.
 TINY_BUILD_VERSION = 1
 
+FAMILIES = ("qwen2", "llama", "qwen3", "llama31")
+# llama31: Llama with Llama 3.1's rope scaling, its parameters chosen so that, at head_dim 32,
+# some frequencies stay, one is interpolated and the rest are divided by the factor.
+TINY_LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 4.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 2.0,
+    "original_max_position_embeddings": 128,
+}
+
 
 @dataclass(frozen=True)
 class TinyModelSpec:
@@ -36,21 +48,26 @@ class TinyModelSpec:
     tie_word_embeddings: bool = True
     seed: int = 0
     dtype: str = "float32"
+    head_dim: int | None = None  # None: hidden_size / num_heads (left out of the hash)
+
+    @property
+    def dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_heads
 
     def resolved(self) -> TinyModelSpec:
         """Fill defaults that depend on other fields and validate the combination."""
-        if self.family not in ("qwen2", "llama"):
-            raise ValueError(f"family must be 'qwen2' or 'llama', got {self.family!r}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
         qkv_bias = self.family == "qwen2" if self.qkv_bias is None else bool(self.qkv_bias)
         if qkv_bias != (self.family == "qwen2"):
             # Qwen2ForCausalLM always has q/k/v biases; Llama's attention_bias also adds an
             # o_proj bias, which is not the qkv-bias layout, so neither combination exists.
             raise ValueError(f"family {self.family!r} requires qkv_bias={not qkv_bias}")
-        if self.hidden_size % self.num_heads:
-            raise ValueError("hidden_size must be divisible by num_heads")
+        if self.head_dim is None and self.hidden_size % self.num_heads:
+            raise ValueError("hidden_size must be divisible by num_heads (or set head_dim)")
         if self.num_heads % self.num_kv_heads:
             raise ValueError("num_heads must be divisible by num_kv_heads")
-        head_dim = self.hidden_size // self.num_heads
+        head_dim = self.dim
         if head_dim < 32:
             raise ValueError(f"head_dim={head_dim} < 32: vLLM's CPU attention needs >= 32")
         vocab = self.vocab_size
@@ -66,14 +83,15 @@ class TinyModelSpec:
 
     def key(self) -> str:
         """Short stable hash of the resolved spec and the builder version."""
-        payload = json.dumps(
-            {"build": TINY_BUILD_VERSION, **asdict(self.resolved())}, sort_keys=True
-        )
+        fields = asdict(self.resolved())
+        if fields["head_dim"] is None:
+            del fields["head_dim"]  # the hashes of models built before the field existed
+        payload = json.dumps({"build": TINY_BUILD_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
 def tiny_model_config(spec: TinyModelSpec | None = None, **variant: Any):
-    """The HF config (``Qwen2Config`` or ``LlamaConfig``) of a tiny model variant."""
+    """The HF config (``Qwen2Config``, ``LlamaConfig`` or ``Qwen3Config``) of a tiny model."""
     spec = (spec or TinyModelSpec(**variant)).resolved()
     ids = tiny_token_ids()
     common = dict(
@@ -83,7 +101,7 @@ def tiny_model_config(spec: TinyModelSpec | None = None, **variant: Any):
         num_hidden_layers=spec.num_layers,
         num_attention_heads=spec.num_heads,
         num_key_value_heads=spec.num_kv_heads,
-        head_dim=spec.hidden_size // spec.num_heads,
+        head_dim=spec.dim,
         hidden_act="silu",
         max_position_embeddings=512,
         rms_norm_eps=1e-6,
@@ -100,8 +118,14 @@ def tiny_model_config(spec: TinyModelSpec | None = None, **variant: Any):
         from transformers import Qwen2Config
 
         return Qwen2Config(use_sliding_window=False, **common)
+    if spec.family == "qwen3":
+        from transformers import Qwen3Config
+
+        return Qwen3Config(use_sliding_window=False, attention_bias=False, **common)
     from transformers import LlamaConfig
 
+    if spec.family == "llama31":
+        common["rope_scaling"] = dict(TINY_LLAMA3_ROPE)
     return LlamaConfig(attention_bias=False, mlp_bias=False, **common)
 
 
@@ -147,8 +171,10 @@ def build_tiny_model(
     tie_word_embeddings: bool = True,
     seed: int = 0,
     dtype: str | torch.dtype = "float32",
+    head_dim: int | None = None,
 ) -> Path:
-    """Write an HF folder of a random-init tiny ``Qwen2ForCausalLM`` / ``LlamaForCausalLM``.
+    """Write an HF folder of a random-init tiny ``Qwen2ForCausalLM`` / ``LlamaForCausalLM`` /
+    ``Qwen3ForCausalLM`` (family qwen2 / llama or llama31 / qwen3).
 
     The folder holds config.json, model.safetensors, generation_config.json and the tiny
     tokenizer; the same arguments give bit-identical files. ``vocab_size`` defaults to the
@@ -156,7 +182,7 @@ def build_tiny_model(
     in Qwen's checkpoints).
     """
     import torch
-    from transformers import GenerationConfig, LlamaForCausalLM, Qwen2ForCausalLM
+    from transformers import GenerationConfig, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
 
     spec = TinyModelSpec(
         family=family,
@@ -170,11 +196,14 @@ def build_tiny_model(
         tie_word_embeddings=tie_word_embeddings,
         seed=seed,
         dtype=dtype_long_name(dtype),
+        head_dim=head_dim,
     ).resolved()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = tiny_model_config(spec)
-    model_cls = Qwen2ForCausalLM if spec.family == "qwen2" else LlamaForCausalLM
+    model_cls = {"qwen2": Qwen2ForCausalLM, "qwen3": Qwen3ForCausalLM}.get(
+        spec.family, LlamaForCausalLM
+    )
     model = model_cls(config).to(torch.float32)
     _init_weights(model, spec.seed)
     model = model.to(getattr(torch, spec.dtype))
@@ -192,3 +221,15 @@ def tiny_model_dir(**variant: Any) -> Path:
     spec = TinyModelSpec(**{**variant, "dtype": dtype_long_name(variant.get("dtype", "float32"))})
     target = assets_root() / f"tiny-{spec.key()}"
     return build_atomically(target, lambda tmp: build_tiny_model(tmp, **asdict(spec)))
+
+
+def tiny_qwen3_dir() -> Path:
+    """Tiny Qwen3ForCausalLM: q/k norm, head_dim 64 (not hidden / heads = 32), tied embeddings
+    (as Qwen3-0.6B), the tiny tokenizer's 448 rows: `${asset:tiny_qwen3}`."""
+    return tiny_model_dir(family="qwen3", head_dim=64)
+
+
+def tiny_llama31_dir() -> Path:
+    """Tiny Llama-3.1-style LlamaForCausalLM: llama3 rope scaling (TINY_LLAMA3_ROPE), untied
+    embeddings (as Llama-3.1-8B): `${asset:tiny_llama31}`."""
+    return tiny_model_dir(family="llama31", tie_word_embeddings=False)

@@ -36,7 +36,7 @@ class ParamRule:
     """One megatron-core parameter and the HF tensor(s) it corresponds to.
 
     `hf_shapes` gives each HF tensor's shape in symbols: hidden, ffn, vocab, q (= heads x
-    head_dim), kv (= kv heads x head_dim). `when` restricts the rule to architectures with
+    head_dim), kv (= kv heads x head_dim), head (= head_dim). `when` restricts the rule to architectures with
     qkv_bias / tied / untied embeddings. `load_only` rules fill a megatron parameter that is a
     copy of another (the tied output layer on the last pipeline stage); exports skip them.
     """
@@ -145,7 +145,32 @@ QWEN2_RULES: tuple[ParamRule, ...] = LLAMA_RULES + (
     ),
 )
 
-TABLES: dict[str, tuple[ParamRule, ...]] = {"llama": LLAMA_RULES, "qwen2": QWEN2_RULES}
+# Qwen3: Llama plus an RMSNorm over each query / key head (one weight of head_dim, shared by
+# every head, so every TP rank holds all of it), placed after the QKV projection.
+QWEN3_RULES: tuple[ParamRule, ...] = (
+    LLAMA_RULES[:3]
+    + (
+        ParamRule(
+            _D + "self_attention.q_layernorm.weight",
+            (_L + "self_attn.q_norm.weight",),
+            (("head",),),
+            Split.REPLICATED,
+        ),
+        ParamRule(
+            _D + "self_attention.k_layernorm.weight",
+            (_L + "self_attn.k_norm.weight",),
+            (("head",),),
+            Split.REPLICATED,
+        ),
+    )
+    + LLAMA_RULES[3:]
+)
+
+TABLES: dict[str, tuple[ParamRule, ...]] = {
+    "llama": LLAMA_RULES,
+    "qwen2": QWEN2_RULES,
+    "qwen3": QWEN3_RULES,
+}
 
 # transformer-engine spec: the norms are fused into the next linear layer.
 TE_ALIASES = {
@@ -185,6 +210,11 @@ def rules_for(arch: ModelArchConfig) -> tuple[ParamRule, ...]:
             f"--add-qkv-bias is set but the {arch.family} mapping has no QKV bias "
             "(use --model-type-hf qwen2 for Qwen2 checkpoints)"
         )
+    if arch.qk_layernorm != (arch.family == "qwen3"):
+        raise ConversionError(
+            f"qk_layernorm={arch.qk_layernorm} does not fit the {arch.family} mapping "
+            "(q/k layernorm is Qwen3's: model_type_hf qwen3)"
+        )
     return tuple(r for r in table if r.applies_to(arch))
 
 
@@ -195,6 +225,7 @@ def symbol_sizes(arch: ModelArchConfig) -> dict[str, int]:
         "vocab": arch.vocab_size,
         "q": arch.num_attention_heads * arch.head_dim,
         "kv": arch.num_kv_heads * arch.head_dim,
+        "head": arch.head_dim,
     }
 
 

@@ -67,6 +67,19 @@ def _parallel_defaults(
     return tp_rank, tp_size, pp_rank, pp_size  # type: ignore[return-value]
 
 
+def check_rope_scaling(arch: ModelArchConfig, hf_dir: str | Path) -> None:
+    """The model file's RoPE scaling must be the checkpoint's: the rollout engine reads
+    config.json, so a model file without Llama 3.1's scaling on a Llama 3.1 checkpoint would
+    train on other positions than it samples with (the weights alone cannot tell)."""
+    found = arch_from_hf_config(hf_dir).rope_scaling_hf()
+    if found != arch.rope_scaling_hf():
+        raise ConversionError(
+            f"{Path(hf_dir) / 'config.json'} has RoPE scaling {found} but the model file "
+            f"{arch.rope_scaling_hf()}: set rope_scaling_type, rope_scaling_factor, "
+            "low_freq_factor, high_freq_factor and original_max_position_embeddings to match"
+        )
+
+
 def load_hf_into_mcore(
     model_chunks: Sequence[Any] | Any,
     hf_dir: str | Path,
@@ -88,6 +101,8 @@ def load_hf_into_mcore(
     tp_rank, tp_size, pp_rank, pp_size = _parallel_defaults(tp_rank, tp_size, pp_rank, pp_size)
     if arch is None:
         arch = arch_from_hf_config(hf_dir)
+    else:
+        check_rope_scaling(arch, hf_dir)
     reader = HFCheckpointReader(hf_dir)
     try:
         for chunk in chunks:

@@ -1,9 +1,10 @@
 """Megatron / MindSpeed model and parallelism keys of features mindrl has not built.
 
-MindSpeed-RL model and training YAMLs carry them (MoE, MLA, RoPE scaling, LoRA, Qwen3's QK
-layernorm, custom layer specs). Each is accepted at its MindSpeed-RL default and refused
-with the missing feature's name otherwise, so such a YAML fails at config time instead of
-training a different model.
+MindSpeed-RL model and training YAMLs carry them (MoE, MLA, YaRN RoPE scaling, LoRA, custom
+layer specs). Each is accepted at its MindSpeed-RL default and refused with the missing
+feature's name otherwise, so such a YAML fails at config time instead of training a different
+model. (Qwen3's `qk_layernorm` and llama3 RoPE scaling are built: they are `ModelArchConfig`
+fields.)
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from mindrl.config.fields import spec
 
 MOE = refused("MoE / expert parallel: not built yet")
 MLA = refused("MLA (DeepSeek-V3 multi-latent attention): not built yet")
-ROPE_SCALING = refused("RoPE scaling (linear / llama3 / YaRN): not built yet")
+ROPE_SCALING = refused("YaRN RoPE scaling: not built yet (llama3 scaling is)")
 LORA = refused("LoRA: not built yet")
 
 
@@ -68,14 +69,11 @@ class MLAConfig:
 
 @dataclass(frozen=True)
 class RopeScalingConfig:
-    """Long-context RoPE scaling; mindrl builds plain RoPE (rotary_base only)."""
+    """YaRN's RoPE scaling keys; llama3 scaling (`rope_scaling_type`, `rope_scaling_factor`,
+    `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`) is built and
+    lives in `ModelArchConfig`."""
 
-    rope_scaling_type: str | None = spec(None, fate=ROPE_SCALING)
-    rope_scaling_factor: float = spec(1.0, fate=ROPE_SCALING)
     rope_scaling_original_max_position_embeddings: int | None = spec(None, fate=ROPE_SCALING)
-    original_max_position_embeddings: int | None = spec(None, fate=ROPE_SCALING)
-    low_freq_factor: float | None = spec(None, fate=ROPE_SCALING)
-    high_freq_factor: float | None = spec(None, fate=ROPE_SCALING)
     beta_fast: int = spec(32, fate=ROPE_SCALING)
     beta_slow: int = spec(1, fate=ROPE_SCALING)
     rope_scaling_beta_fast: int = spec(32, fate=ROPE_SCALING, help="seed-era beta_fast")
@@ -103,9 +101,8 @@ class LoRAConfig:
 
 @dataclass(frozen=True)
 class LayerVariantConfig:
-    """Layer-level variants of the GPT block beyond Llama / Qwen2."""
+    """Layer-level variants of the GPT block beyond Llama / Qwen2 / Qwen3."""
 
-    qk_layernorm: bool = spec(False, fate=refused("QK layernorm (Qwen3): not built yet"))
     attention_bias: bool = spec(
         False,
         fate=refused(

@@ -13,12 +13,18 @@ HF_FAMILIES = {
     "llama3": "llama",
     "qwen2": "qwen2",
     "qwen25": "qwen2",
+    "qwen3": "qwen3",
 }
+
+# RoPE scaling types megatron-core's rotary embedding builds (llama 3.x frequency scaling).
+ROPE_SCALING_BUILT = ("llama3",)
+# The llama3 parameters a model file must give with rope_scaling_type: llama3.
+LLAMA3_ROPE_KEYS = ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
 @dataclass(frozen=True)
 class ModelArchConfig:
-    """A decoder-only transformer (Llama / Qwen2 family) as megatron-core builds it."""
+    """A decoder-only transformer (Llama / Qwen2 / Qwen3 family) as megatron-core builds it."""
 
     num_layers: int = spec(help="transformer layers", ge=1)
     hidden_size: int = spec(ge=1)
@@ -49,6 +55,11 @@ class ModelArchConfig:
     rotary_base: float = spec(10000.0, gt=0)
     norm_epsilon: float = spec(1e-6, gt=0)
     add_qkv_bias: bool = False
+    qk_layernorm: bool = spec(
+        False,
+        help="RMSNorm over each query / key head before RoPE (Qwen3); config-time inference "
+        "sets it from the family",
+    )
     disable_bias_linear: bool = True
     untie_embeddings_and_output_weights: bool = True
     position_embedding_type: str = spec(
@@ -69,10 +80,24 @@ class ModelArchConfig:
     attention_dropout: float = spec(0.0, ge=0, lt=1)
     hidden_dropout: float = spec(0.0, ge=0, lt=1)
     init_method_std: float = spec(0.02, gt=0)
+    rope_scaling_type: str | None = spec(
+        None,
+        help="llama3: Llama 3.1 / 3.2 frequency scaling of RoPE",
+        fate=refused(
+            "RoPE scaling other than llama3 (yarn, linear, dynamic, longrope): not built yet",
+            allowed=(None, *ROPE_SCALING_BUILT),
+        ),
+    )
+    rope_scaling_factor: float = spec(1.0, gt=0, help="llama3 scaling factor (8 in Llama 3.1)")
+    low_freq_factor: float | None = spec(None, gt=0, help="llama3 scaling (1 in Llama 3.1)")
+    high_freq_factor: float | None = spec(None, gt=0, help="llama3 scaling (4 in Llama 3.1)")
+    original_max_position_embeddings: int | None = spec(
+        None, ge=1, help="llama3 scaling: the pre-training context (8192 in Llama 3.1)"
+    )
 
     @property
     def family(self) -> str:
-        """Checkpoint mapping family: 'llama' or 'qwen2'."""
+        """Checkpoint mapping family: 'llama', 'qwen2' or 'qwen3'."""
         return HF_FAMILIES[self.model_type_hf]
 
     @property
@@ -93,3 +118,34 @@ class ModelArchConfig:
         """Embedding rows inside megatron: vocab padded to a multiple of divisor x TP."""
         multiple = self.make_vocab_size_divisible_by * tensor_parallel_size
         return -(-self.vocab_size // multiple) * multiple
+
+    def rope_scaling_problems(self) -> list[str]:
+        """What makes the llama3 RoPE scaling keys incomplete or contradictory (one line each):
+        every llama3 parameter must be given, since HF and megatron default them differently."""
+        if self.rope_scaling_type is None:
+            stray = [k for k in ("rope_scaling_factor",) if getattr(self, k) != 1.0]
+            stray += [k for k in LLAMA3_ROPE_KEYS if getattr(self, k) is not None]
+            return [f"{k}: set without rope_scaling_type (use llama3)" for k in stray]
+        problems = [
+            f"{k}: required with rope_scaling_type {self.rope_scaling_type}"
+            for k in LLAMA3_ROPE_KEYS
+            if getattr(self, k) is None
+        ]
+        if not problems and self.high_freq_factor <= self.low_freq_factor:  # type: ignore[operator]
+            problems.append(
+                f"high_freq_factor: {self.high_freq_factor} must exceed low_freq_factor "
+                f"({self.low_freq_factor})"
+            )
+        return problems
+
+    def rope_scaling_hf(self) -> dict[str, float | int | str] | None:
+        """The HF `rope_scaling` dict of this model (None: plain RoPE)."""
+        if self.rope_scaling_type is None:
+            return None
+        return {
+            "rope_type": self.rope_scaling_type,
+            "factor": self.rope_scaling_factor,
+            "low_freq_factor": self.low_freq_factor,  # type: ignore[dict-item]
+            "high_freq_factor": self.high_freq_factor,  # type: ignore[dict-item]
+            "original_max_position_embeddings": self.original_max_position_embeddings,  # type: ignore[dict-item]
+        }

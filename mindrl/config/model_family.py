@@ -19,11 +19,10 @@ from typing import Any
 
 from mindrl.config.model_arch import HF_FAMILIES
 
-BUILT = ("llama", "qwen2")  # families mindrl builds (one mapping table each)
+BUILT = ("llama", "qwen2", "qwen3")  # families mindrl builds (one mapping table each)
 
 # Families mindrl knows but cannot build -> what is missing (goes into the refusal line).
 NOT_BUILT: dict[str, str] = {
-    "qwen3": "q/k layernorm",
     "qwen3_moe": "mixture of experts, q/k layernorm",
     "qwen2_moe": "mixture of experts",
     "moe": "mixture of experts",
@@ -35,7 +34,6 @@ NOT_BUILT: dict[str, str] = {
 
 # `model_type_hf` spellings of the families above (MindSpeed-LLM's converter names included).
 MODEL_TYPE_HF_ALIASES: dict[str, str] = {
-    "qwen3": "qwen3",
     "qwen3_moe": "qwen3_moe",
     "qwen3-moe": "qwen3_moe",
     "qwen2_moe": "qwen2_moe",
@@ -87,8 +85,9 @@ HF_ASSETS_DIR = "hf_assets"
 class FamilyDecision:
     """The family a model section describes, where that came from, and what to build.
 
-    `refusal` is set (one line) when mindrl cannot build it; otherwise `model_type_hf` and
-    `add_qkv_bias` are the values `ModelArchConfig` must get (`arch_section` applies them).
+    `refusal` is set (one line) when mindrl cannot build it; otherwise `model_type_hf`,
+    `add_qkv_bias` and `qk_layernorm` are the values `ModelArchConfig` must get
+    (`arch_section` applies them).
     """
 
     family: str
@@ -117,6 +116,7 @@ class FamilyDecision:
         out = {k: v for k, v in section.items() if k not in self.consumed_keys}
         out["model_type_hf"] = self.model_type_hf
         out["add_qkv_bias"] = self.add_qkv_bias
+        out["qk_layernorm"] = self.family == "qwen3"
         return out
 
 
@@ -133,7 +133,7 @@ class _Evidence:
         reason = self.reason or NOT_BUILT.get(self.family, "no mapping table")
         return (
             f"model family {self.family} ({reason}) is not supported yet (from {self.what}); "
-            f"mindrl builds {' and '.join(BUILT)}"
+            f"mindrl builds {', '.join(BUILT[:-1])} and {BUILT[-1]}"
         )
 
 
@@ -145,7 +145,7 @@ def _is_on(key: str, value: Any) -> bool:
 
 def classify_hf_config(cfg: Mapping[str, Any]) -> tuple[str, str]:
     """(family, what mindrl lacks for it) of an HF config.json dict; the reason is '' for the
-    families mindrl builds (llama, qwen2)."""
+    families mindrl builds (llama, qwen2, qwen3)."""
     model_type = str(cfg.get("model_type") or "")
     archs = [a for a in cfg.get("architectures") or () if isinstance(a, str)]
     if (
@@ -271,8 +271,15 @@ def _key_evidence(section: Mapping[str, Any]) -> _Evidence | None:
     if moe:
         family = "qwen3_moe" if qk_norm else "qwen2_moe" if section.get("add_qkv_bias") else "moe"
         return _Evidence(family, shown(moe[:2] + qk_keys))
-    if qk_norm:
-        return _Evidence("qwen3", shown(qk_keys) if qk_keys else from_spec)
+    if qk_norm:  # Qwen3 comes from qk_layernorm: true, not from MindSpeed's layer spec
+        return _Evidence(
+            "qwen3",
+            shown(qk_keys) if qk_keys else from_spec,
+            refusal=None
+            if qk_keys
+            else f"{from_spec}: a custom layer spec is not supported; "
+            "mindrl builds Qwen3 from qk_layernorm: true (remove spec)",
+        )
     if "attention_bias" in on:
         return _Evidence(
             "attention_bias",
@@ -336,6 +343,12 @@ def infer_family(
         if found is not None:
             records.append(found)
     keys = _key_evidence(section)
+    if keys is not None and keys.family in BUILT and not keys.refusal:
+        # the yaml's keys mark a family mindrl builds (qk_layernorm: Qwen3)
+        if not records:
+            return _resolved_by_config(section, keys, consumed)
+        if records[0].family == keys.family:
+            keys = None
     if not records:
         if keys is not None:
             return FamilyDecision(keys.family, keys.what, refusal=keys.refuse())
@@ -352,10 +365,9 @@ def infer_family(
     if first.family not in BUILT:
         return FamilyDecision(first.family, first.what, refusal=first.refuse())
     if keys is not None:
+        said = keys.refuse() if keys.family not in BUILT else f"{keys.what} is {keys.family}"
         return FamilyDecision(
-            keys.family,
-            keys.what,
-            refusal=f"{keys.refuse()}; {first.what} is {first.family}: fix the model yaml",
+            keys.family, keys.what, refusal=f"{said}; {first.what} is {first.family}: fix it"
         )
     return _resolved_by_config(section, first, consumed)
 
@@ -378,6 +390,12 @@ def _resolved_by_config(
         notices.append(
             f"add_qkv_bias: {_yaml(bias)} overridden: {record.what} is {family} "
             f"({'with' if want_bias else 'without'} q/k/v biases)"
+        )
+    qk = section.get("qk_layernorm")
+    if isinstance(qk, bool) and qk is not (family == "qwen3"):
+        notices.append(
+            f"qk_layernorm: {_yaml(qk)} overridden: {record.what} is {family} "
+            f"({'with' if family == 'qwen3' else 'without'} q/k layernorm)"
         )
     return FamilyDecision(
         family,
@@ -410,6 +428,10 @@ def _decided_by_keys(section: Mapping[str, Any], consumed: tuple[str, ...]) -> F
             f"model_type_hf: {variant} with add_qkv_bias: true is qwen2 (Llama with q/k/v biases)"
         )
         family, variant, source = "qwen2", None, f"{source}, add_qkv_bias: true"
+    elif family == "qwen3" and (section.get("qk_layernorm") is False or bias is True):
+        why = f"{source} with qk_layernorm: false or add_qkv_bias: true: Qwen3 has q/k "
+        why += "layernorm and no q/k/v biases"
+        return FamilyDecision(family, source, refusal=why)
     elif family == "qwen2" and bias is False:
         return FamilyDecision(
             family,

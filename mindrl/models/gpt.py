@@ -1,9 +1,10 @@
 """Build megatron-core's GPTModel from a `ModelArchConfig` at the current TP/PP.
 
-Llama / Qwen2 map onto GPTModel as: RMSNorm (eps), RoPE (theta, non-interleaved like HF's
-rotate_half), SwiGLU (gated_linear_unit + silu), GQA (num_query_groups), bias only on QKV
-(Qwen2), tied or untied output layer, vocab padded to a multiple of
-make_vocab_size_divisible_by x TP. The transformer-engine layer spec is used when
+Llama / Qwen2 / Qwen3 map onto GPTModel as: RMSNorm (eps), RoPE (theta, non-interleaved like
+HF's rotate_half; Llama 3.x frequency scaling), SwiGLU (gated_linear_unit + silu), GQA
+(num_query_groups), explicit head_dim (kv_channels), bias only on QKV (Qwen2), RMSNorm per
+query / key head (Qwen3: qk_layernorm), tied or untied output layer, vocab padded to a multiple
+of make_vocab_size_divisible_by x TP. The transformer-engine layer spec is used when
 transformer_engine imports, the local (pure megatron-core) spec otherwise.
 
 megatron-core >= 0.12: only long-standing TransformerConfig fields are set, and keyword
@@ -96,6 +97,7 @@ def transformer_config_from_arch(
         normalization="RMSNorm",
         add_bias_linear=not arch.disable_bias_linear,
         add_qkv_bias=arch.add_qkv_bias,
+        qk_layernorm=arch.qk_layernorm,
         gated_linear_unit=arch.swiglu,
         activation_func=F.silu if arch.swiglu else F.gelu,
         init_method_std=arch.init_method_std,
@@ -141,12 +143,12 @@ def layer_spec(
     if use_te is None:
         use_te = te_available()
     if use_te:
-        return specs.get_gpt_layer_with_transformer_engine_spec()
+        return specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=config.qk_layernorm)
     fn = specs.get_gpt_layer_local_spec
     if "normalization" in inspect.signature(fn).parameters:
-        spec = fn(normalization=config.normalization)
+        spec = fn(qk_layernorm=config.qk_layernorm, normalization=config.normalization)
     else:
-        spec = fn()
+        spec = fn(qk_layernorm=config.qk_layernorm)
     if not config.sequence_parallel:
         return spec
     from megatron.core.transformer.transformer_block import (
@@ -228,11 +230,15 @@ def build_gpt_model(
         rotary_percent=1.0,
         rotary_base=arch.rotary_base,
     )
+    if arch.rope_scaling_type is not None:
+        kwargs.update(rope_scaling=True, rope_scaling_factor=arch.rope_scaling_factor)
     if vp_stage is not None:
         kwargs["vp_stage"] = vp_stage
     device_ctx = torch.device("meta") if meta_device else contextlib.nullcontext()
     with device_ctx, tensor_cuda_is_identity(acc.is_cpu and pp > 1 and not meta_device):
         model = GPTModel(**kwargs)
+    if arch.rope_scaling_type is not None:
+        _apply_llama3_rope_scaling(model, arch)
     dtype = torch_dtype(params_dtype)
     if dtype != torch.float32:
         # The local spec's torch norms ignore params_dtype; megatron's Float16Module casts the
@@ -242,6 +248,32 @@ def build_gpt_model(
         # as megatron's get_model does: norms and buffers are created on the host
         model = model.to(acc.device(getattr(torch, acc.name).current_device()))
     return model
+
+
+def _apply_llama3_rope_scaling(model: GPTModel, arch: ModelArchConfig) -> None:
+    """Redo megatron-core's llama3 frequency scaling with all four of the model's parameters.
+
+    GPTModel passes only the factor on and scales with Llama 3.1's low / high frequency factors
+    (1, 4) and context (8192); a model may use others (the tiny test model does). The unscaled
+    frequencies are rebuilt from rotary_base exactly as megatron-core builds them.
+    """
+    import torch
+
+    rotary = getattr(model, "rotary_pos_emb", None)
+    if rotary is None:
+        return
+    old = rotary.inv_freq
+    dim = arch.head_dim
+    base = arch.rotary_base ** (
+        torch.arange(0, dim, 2, dtype=torch.float32, device=old.device) / dim
+    )
+    rotary.inv_freq = rotary._apply_scaling(
+        1.0 / base,
+        factor=arch.rope_scaling_factor,
+        low_freq_factor=arch.low_freq_factor,
+        high_freq_factor=arch.high_freq_factor,
+        original_max_position_embeddings=arch.original_max_position_embeddings,
+    )
 
 
 def unwrap_model(model: Any) -> GPTModel:

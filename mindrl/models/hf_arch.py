@@ -3,8 +3,8 @@
 The converter and the online loader only have an HF folder; the trainer has a
 `ModelArchConfig`. These two functions translate between them and refuse (with a
 `ConversionError` naming the key) any HF feature the megatron-core model built by
-`mindrl.models.gpt` would silently get wrong: rope scaling, sliding windows, biases on o_proj or
-the MLP, a non-SiLU activation.
+`mindrl.models.gpt` would silently get wrong: rope scaling other than llama3, sliding windows,
+biases on o_proj or the MLP, a non-SiLU activation. Qwen3's q/k norm follows from its family.
 """
 
 from __future__ import annotations
@@ -19,8 +19,18 @@ from mindrl.config.model_arch import HF_FAMILIES, ModelArchConfig
 from mindrl.config.model_family import NOT_BUILT, classify_hf_config, hf_config_refusal
 
 # HF `model_type` -> mindrl mapping family, and the HF class that family saves as.
-HF_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2"}
-HF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+HF_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+HF_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+LLAMA3_HF_KEYS = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "original_max_position_embeddings",
+)
 
 
 def read_hf_config(src: str | Path | Mapping[str, Any]) -> dict[str, Any]:
@@ -51,25 +61,34 @@ def _config_source(src: object) -> str:
     return "HF config"
 
 
-def _rope_theta(cfg: Mapping[str, Any]) -> float:
-    """rope_theta from transformers >= 5 (`rope_parameters`) or older (`rope_theta`)."""
+def _rope(cfg: Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
+    """rope_theta and the llama3 scaling fields of `ModelArchConfig`, from transformers >= 5
+    (`rope_parameters`) or older configs (`rope_theta` + `rope_scaling`)."""
     params = cfg.get("rope_parameters")
     scaling = cfg.get("rope_scaling")
-    if isinstance(params, Mapping):
-        rope_type = params.get("rope_type", params.get("type", "default"))
-        if rope_type not in (None, "default"):
-            raise ConversionError(
-                f"HF config rope_parameters.rope_type={rope_type!r} is not supported "
-                "(only plain RoPE maps onto megatron-core's rotary embedding here)"
-            )
-        if "rope_theta" in params:
-            return float(params["rope_theta"])
-    if isinstance(scaling, Mapping) and scaling.get("rope_type", scaling.get("type")) not in (
-        None,
-        "default",
-    ):
-        raise ConversionError(f"HF config rope_scaling={dict(scaling)!r} is not supported")
-    return float(cfg.get("rope_theta", 10000.0))
+    rope = dict(params) if isinstance(params, Mapping) else {}
+    if isinstance(scaling, Mapping):
+        rope = {**dict(scaling), **rope}
+    theta = float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type in (None, "default"):
+        return theta, {}
+    key = "rope_parameters" if isinstance(params, Mapping) else "rope_scaling"
+    if rope_type != "llama3":
+        raise ConversionError(
+            f"HF config {key}.rope_type={rope_type!r} is not supported (mindrl builds plain "
+            "RoPE and llama3 scaling; yarn / linear / dynamic / longrope: not built yet)"
+        )
+    missing = [k for k in LLAMA3_HF_KEYS if rope.get(k) is None]
+    if missing:
+        raise ConversionError(f"HF config {key} (llama3) has no {missing[0]!r}")
+    return theta, {
+        "rope_scaling_type": "llama3",
+        "rope_scaling_factor": float(rope["factor"]),
+        "low_freq_factor": float(rope["low_freq_factor"]),
+        "high_freq_factor": float(rope["high_freq_factor"]),
+        "original_max_position_embeddings": int(rope["original_max_position_embeddings"]),
+    }
 
 
 def _require(cfg: Mapping[str, Any], key: str) -> Any:
@@ -81,7 +100,8 @@ def _require(cfg: Mapping[str, Any], key: str) -> Any:
 def arch_from_hf_config(
     src: str | Path | Mapping[str, Any], *, model_type_hf: str | None = None
 ) -> ModelArchConfig:
-    """The `ModelArchConfig` of an HF Llama / Qwen2 checkpoint (folder, config.json or dict).
+    """The `ModelArchConfig` of an HF Llama / Qwen2 / Qwen3 checkpoint (folder, config.json or
+    dict).
 
     `model_type_hf` (the converter's `--model-type-hf`: llama2, qwen25, ...) names the variant;
     its family must agree with the config's `model_type`.
@@ -114,7 +134,7 @@ def arch_from_hf_config(
     if act not in ("silu", "swish"):
         raise ConversionError(f"HF config hidden_act={act!r} is not supported (SwiGLU needs silu)")
     for key in ("attention_bias", "mlp_bias"):
-        if family == "llama" and cfg.get(key):
+        if family in ("llama", "qwen3") and cfg.get(key):
             raise ConversionError(
                 f"HF config {key}=true is not supported (bias on o_proj / the MLP has no "
                 "megatron-core mapping here)"
@@ -126,6 +146,7 @@ def arch_from_hf_config(
     hidden = int(_require(cfg, "hidden_size"))
     kv_heads = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or hidden // heads)
+    rotary_base, rope_scaling = _rope(cfg)
     return ModelArchConfig(
         num_layers=int(_require(cfg, "num_hidden_layers")),
         hidden_size=hidden,
@@ -139,9 +160,11 @@ def arch_from_hf_config(
         num_query_groups=kv_heads,
         kv_channels=head_dim,
         make_vocab_size_divisible_by=1,
-        rotary_base=_rope_theta(cfg),
+        rotary_base=rotary_base,
+        **rope_scaling,
         norm_epsilon=float(cfg.get("rms_norm_eps", 1e-6)),
         add_qkv_bias=family == "qwen2",
+        qk_layernorm=family == "qwen3",
         disable_bias_linear=True,
         untie_embeddings_and_output_weights=not bool(cfg.get("tie_word_embeddings", False)),
         swiglu=True,
@@ -156,14 +179,23 @@ def hf_config_from_arch(arch: ModelArchConfig, *, dtype: str = "float32") -> dic
     when no original HF config is at hand). `dtype` is a torch dtype name (float32, bfloat16)."""
     if arch.family == "qwen2" and not arch.add_qkv_bias:
         raise ConversionError("a qwen2 model without add_qkv_bias has no HF Qwen2 equivalent")
-    if arch.family == "llama" and arch.add_qkv_bias:
-        raise ConversionError("a llama model with add_qkv_bias has no HF Llama equivalent")
+    if arch.family != "qwen2" and arch.add_qkv_bias:
+        raise ConversionError(f"a {arch.family} model with add_qkv_bias has no HF equivalent")
+    if arch.qk_layernorm != (arch.family == "qwen3"):
+        raise ConversionError(
+            f"a {arch.family} model with qk_layernorm={arch.qk_layernorm} has no HF equivalent "
+            "(q/k layernorm is Qwen3's: model_type_hf qwen3)"
+        )
     if not arch.disable_bias_linear or not arch.swiglu:
         raise ConversionError("only bias-free SwiGLU models (disable_bias_linear, swiglu) export")
     if arch.family == "qwen2":
         from transformers import Qwen2Config as ConfigCls
+    elif arch.family == "qwen3":
+        from transformers import Qwen3Config as ConfigCls
     else:
         from transformers import LlamaConfig as ConfigCls
+    rope_scaling = arch.rope_scaling_hf()
+    extra = {"rope_scaling": rope_scaling} if rope_scaling else {}
     config = ConfigCls(
         vocab_size=arch.vocab_size,
         hidden_size=arch.hidden_size,
@@ -179,6 +211,7 @@ def hf_config_from_arch(arch: ModelArchConfig, *, dtype: str = "float32") -> dic
         attention_dropout=arch.attention_dropout,
         initializer_range=arch.init_method_std,
         torch_dtype=dtype,
+        **extra,
     )
     out = config.to_dict()
     out["architectures"] = [HF_ARCHITECTURES[arch.family]]

@@ -27,7 +27,7 @@ def layer_params(arch: ModelArchConfig, tp: int = 1) -> int:
     proj = q * h // tp + (h if bias else 0)
     fc1 = h * ffn_out // tp + (ffn_out // tp if bias else 0)
     fc2 = arch.ffn_hidden_size * h // tp + (h if bias else 0)
-    norms = 2 * h
+    norms = 2 * h + (2 * d if arch.qk_layernorm else 0)  # Qwen3: one norm per q / k head dim
     return qkv + proj + fc1 + fc2 + norms
 
 

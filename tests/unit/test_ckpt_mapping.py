@@ -49,6 +49,7 @@ def test_every_hf_and_mcore_name_appears_once_per_table():
         arch = _arch(
             model_type_hf=family,
             add_qkv_bias=family == "qwen2",
+            qk_layernorm=family == "qwen3",
             untie_embeddings_and_output_weights=True,
         )
         bound = bound_rules(arch)
@@ -56,8 +57,9 @@ def test_every_hf_and_mcore_name_appears_once_per_table():
         hf = [name for b in bound for name in b.hf]
         assert len(mcore) == len(set(mcore)), family
         assert len(hf) == len(set(hf)), family
-        # 9 tensors per layer for llama (q k v o gate up down + 2 norms), + 3 biases for qwen2
-        per_layer = 9 + (3 if family == "qwen2" else 0)
+        # 9 tensors per layer for llama (q k v o gate up down + 2 norms), + 3 biases for qwen2,
+        # + q/k norms for qwen3
+        per_layer = 9 + {"qwen2": 3, "qwen3": 2}.get(family, 0)
         assert len(hf) == 3 * per_layer + 3  # + embed, final norm, lm_head
         assert table  # the family has a table
 

@@ -91,16 +91,14 @@ def test_plain_yaml_defaults_to_llama():
 @pytest.mark.parametrize(
     ("section", "family", "needle"),
     [
-        (QWEN3_8B, "qwen3", "model family qwen3 (q/k layernorm) is not supported yet"),
         (QWEN3_30B_A3B, "qwen3_moe", "model family qwen3_moe (mixture of experts, q/k layernorm)"),
         (QWEN3_235B, "qwen3_moe", "num_experts: 128"),
         (DEEPSEEK_V3, "deepseek_v3", "model family deepseek_v3 (multi-latent attention"),
         ({**QWEN25_7B, "num_experts": 60}, "qwen2_moe", "model family qwen2_moe"),
         ({**DENSE, "mm_model": "qwen2vl.json"}, "multimodal", "multimodal (vision encoder)"),
-        ({**DENSE, "spec": ["x.qwen3_spec", "layer_spec"]}, "qwen3", "spec: x.qwen3_spec"),
+        ({**DENSE, "spec": ["x.qwen3_spec", "layer_spec"]}, "qwen3", "from qk_layernorm: true"),
         ({**DENSE, "spec": "my.module:layer_spec"}, "custom", "custom layer spec"),
         ({**DENSE, "attention_bias": True}, "attention_bias", "attention_bias: true"),
-        ({**DENSE, "model_type_hf": "qwen3"}, "qwen3", "model yaml model_type_hf: qwen3"),
         ({**DENSE, "model_type_hf": "gpt9"}, "gpt9", "'gpt9' is not a model family"),
     ],
 )
@@ -156,7 +154,6 @@ def test_config_json_without_model_type_uses_architectures(tmp_path):
 @pytest.mark.parametrize(
     ("config", "needle"),
     [
-        ({"model_type": "qwen3"}, "model family qwen3 (q/k layernorm) is not supported yet"),
         ({"model_type": "qwen3_moe"}, "model family qwen3_moe (mixture of experts"),
         ({"model_type": "deepseek_v3"}, "model family deepseek_v3 (multi-latent attention"),
         (
@@ -177,8 +174,8 @@ def test_config_json_of_an_unbuilt_family_is_refused(tmp_path, config, needle):
 def test_yaml_feature_contradicting_config_json_is_refused(tmp_path):
     hf = _hf_dir(tmp_path, "qwen", QWEN2_CONFIG)
     line = _one_line(infer_family(QWEN3_8B, [hf]))
-    assert line.startswith("model family qwen3 (q/k layernorm) is not supported yet")
-    assert "is qwen2: fix the model yaml" in line
+    assert line.startswith("model yaml qk_layernorm: true is qwen3")
+    assert "is qwen2: fix it" in line
 
 
 def test_folders_that_disagree_are_refused(tmp_path):
