@@ -77,14 +77,14 @@ def build_rollout_engine(
     seed: int = 0,
     accelerator: str | None = None,
     external_launcher: bool = False,
-    memory_share: float | None = None,
+    beside_training: bool = False,
 ) -> RolloutEngine:
     """The rollout engine ``generate_config.rollout_backend`` asks for, built on this device.
 
     ``external_launcher`` (vLLM only): join the caller's initialised torch.distributed world
-    instead of starting one, for the colocated layout. ``memory_share`` (vLLM only): the
-    ``gpu_memory_utilization`` to build with instead of the configured one
-    (`platform_adapters.share_for_this_device`).
+    instead of starting one, for the colocated layout. ``beside_training`` (vLLM only): the
+    training state already holds part of the device, so the engine takes what it left free
+    (`platform_adapters.share_for_this_device`) instead of the configured share.
     """
     from mindrl.accelerator import get_accelerator
 
@@ -96,7 +96,12 @@ def build_rollout_engine(
         options = VLLMEngineOptions.from_config(
             generate_cfg, seed=seed, external_launcher=external_launcher
         )
-        return VLLMRolloutEngine(model_dir, options, accelerator=name, memory_share=memory_share)
+        share = None
+        if beside_training:
+            from mindrl.rollout.platform_adapters import share_for_this_device
+
+            share = share_for_this_device(name, generate_cfg.gpu_memory_utilization)
+        return VLLMRolloutEngine(model_dir, options, accelerator=name, memory_share=share)
     from mindrl.rollout.hf_engine import HFRolloutEngine
 
     return HFRolloutEngine.from_config(model_dir, generate_cfg, seed=seed)

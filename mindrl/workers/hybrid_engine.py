@@ -94,24 +94,19 @@ class HybridEngine:
         import torch.distributed as dist
 
         from mindrl.accelerator import get_accelerator
-        from mindrl.rollout import build_rollout_engine, resolve_rollout_backend
-        from mindrl.rollout.platform_adapters import share_for_this_device
+        from mindrl.rollout import build_rollout_engine
 
         self.offload = offload
-        accelerator = get_accelerator(self.run.runtime.accelerator).name
-        share = None
-        if resolve_rollout_backend(self.run.generate.rollout_backend, accelerator) == "vllm":
-            # built after the model, master weights and grad buffers: vLLM demands that its
-            # share of the device be free, so the share is what training left
-            share = share_for_this_device(accelerator, self.run.generate.gpu_memory_utilization)
         self.engine = build_rollout_engine(
             model_dir,
             self.run.generate,
-            accelerator=accelerator,
+            accelerator=get_accelerator(self.run.runtime.accelerator).name,
             seed=seed,
             # colocated with megatron's world: vLLM joins it instead of starting its own
             external_launcher=dist.get_world_size() > 1,
-            memory_share=share,
+            # built after the model, master weights and grad buffers: vLLM demands that its
+            # share of the device be free, so it takes what training left
+            beside_training=True,
         )
         self.engine.sleep(level=2)
         self._event("engine.sleep(level=2)")
