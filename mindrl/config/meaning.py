@@ -8,6 +8,7 @@ a cluster hour.
 
 from __future__ import annotations
 
+from mindrl.config.dapo import DAPO
 from mindrl.config.run import RunConfig
 
 
@@ -69,7 +70,7 @@ def meaning_lines(run: RunConfig) -> list[str]:
 
 def dapo_line(run: RunConfig) -> str | None:
     """What stage ray_dapo trains with, in one line (None for ray_grpo)."""
-    if run.actor.data.stage != "ray_dapo":
+    if run.actor.data.stage != DAPO:
         return None
     alg, dapo = run.rl.algorithm, run.rl.dapo
     high = alg.clip_ratio if alg.clip_ratio_high is None else alg.clip_ratio_high

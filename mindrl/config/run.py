@@ -84,12 +84,16 @@ class RunConfig:
         return self.runtime.output_dir or f"outputs/{self.config_name}"
 
     @property
+    def filters_groups(self) -> bool:
+        """DAPO's dynamic sampling is on (stage ray_dapo and filter_groups_enable)."""
+        return self.actor.data.stage == "ray_dapo" and self.rl.dapo.filter_groups_enable
+
+    @property
     def train_prompts(self) -> int:
         """Prompts one step trains on: global_batch_size, or with DAPO's dynamic sampling
-        (stage ray_dapo, filter_groups_enable) filter_groups_train_batch_size."""
-        dapo = self.rl.dapo
-        if self.actor.data.stage == "ray_dapo" and dapo.filter_groups_enable:
-            return dapo.filter_groups_train_batch_size
+        filter_groups_train_batch_size."""
+        if self.filters_groups:
+            return self.rl.dapo.filter_groups_train_batch_size
         return self.actor.batch.global_batch_size
 
     @property

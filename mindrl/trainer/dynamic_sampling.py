@@ -24,15 +24,11 @@ class DynamicSamplingError(RuntimeError):
     """filter_groups_max_batches generation batches did not hold enough varied groups."""
 
 
-def filters_groups(t: Trainer) -> bool:
-    return t.run.actor.data.stage == "ray_dapo" and t.run.rl.dapo.filter_groups_enable
-
-
 def rollout_and_score(
     t: Trainer, step: int, timer: Timer, between_phases: Callable[[], None]
 ) -> tuple[SampleBatch, Scored, dict[str, float]]:
     """The samples the step trains on, their scores, and the sampling metrics."""
-    if filters_groups(t):
+    if t.run.filters_groups:
         return _filtered(t, step, timer, between_phases)
     batch, scored = _one_batch(t, step, 0, timer, between_phases)
     return batch, scored, {}
