@@ -96,6 +96,9 @@ def apply_cpu_shims() -> None:
             module.torch = _CpuTorchView(module.torch)
     clip_grads.clip_grad_by_total_norm_fp32 = _clip_grad_by_total_norm_cpu
     _patch_checkpoint_rng()
+    from mindrl.accelerator.moe_shims import patch_moe_dispatcher_cpu
+
+    patch_moe_dispatcher_cpu()
     if hasattr(optimizer_mod, "clip_grad_by_total_norm_fp32"):
         optimizer_mod.clip_grad_by_total_norm_fp32 = _clip_grad_by_total_norm_cpu
     _APPLIED = True

@@ -18,6 +18,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ADV_ALIASES",
         "ADV_ESTIMATORS",
         "ADV_ESTIMATOR_NAMES",
+        "CRITIC_ESTIMATORS",
         "GROUP_ESTIMATORS",
         "KL_ALIASES",
         "KL_CTRL_TYPES",

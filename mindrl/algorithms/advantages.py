@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from mindrl.algorithms.aggregation import masked_sum, whiten
-from mindrl.algorithms.names import ADV_ALIASES, ADV_ESTIMATOR_NAMES
+from mindrl.algorithms.names import ADV_ALIASES, ADV_ESTIMATOR_NAMES, CRITIC_ESTIMATORS
 from mindrl.algorithms.returns import outcome_token_rewards, reinforce_plus_plus_advantages
 
 
@@ -81,6 +81,11 @@ def compute_advantages(
     `gamma`, whitened over the batch: `returns.reinforce_plus_plus_advantages`).
     """
     estimator = ADV_ALIASES.get(name, name)
+    if estimator in CRITIC_ESTIMATORS:
+        raise ValueError(
+            f"adv_estimator {name!r} needs a critic's values: the PPO step computes it "
+            "(returns.gae_advantages)"
+        )
     if response_mask.dim() != 2 or response_mask.shape[0] != rewards.shape[0]:
         raise ValueError(f"mask {tuple(response_mask.shape)} does not match rewards")
     if estimator == "reinforce_plus_plus":

@@ -15,14 +15,17 @@ ADV_ESTIMATORS: tuple[str, ...] = (
     "reinforce_plus_plus_baseline",
     "reinforce_plus_plus",
 )
+# Estimators that read a critic's values (stage ray_ppo): the trainer's advantage step
+# calls them with the values, `compute_advantages` (samples and rewards only) refuses them.
+CRITIC_ESTIMATORS: tuple[str, ...] = ("gae",)
 ADV_ALIASES: dict[str, str] = {"grpo": "group_norm", "dr_grpo": "grpo_no_std"}
-ADV_ESTIMATOR_NAMES: tuple[str, ...] = ADV_ESTIMATORS + tuple(ADV_ALIASES)
+ADV_ESTIMATOR_NAMES: tuple[str, ...] = ADV_ESTIMATORS + CRITIC_ESTIMATORS + tuple(ADV_ALIASES)
 # Estimators that compare the samples of one prompt's group (they need n_samples >= 2).
 GROUP_ESTIMATORS: tuple[str, ...] = tuple(
-    n for n in ADV_ESTIMATOR_NAMES if n != "reinforce_plus_plus"
+    n for n in ADV_ESTIMATOR_NAMES if n not in ("reinforce_plus_plus", "gae")
 )
 # Estimators of token-level returns: they read rl_config.gamma.
-RETURN_ESTIMATORS: tuple[str, ...] = ("reinforce_plus_plus",)
+RETURN_ESTIMATORS: tuple[str, ...] = ("reinforce_plus_plus", "gae")
 
 # `rl_config.kl_penalty` / the KL loss: Schulman's k1 / k2 / k3, |log r|, and verl's names.
 KL_TYPES: tuple[str, ...] = ("k1", "k2", "k3", "abs", "mse", "kl", "low_var_kl")

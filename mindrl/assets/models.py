@@ -1,4 +1,4 @@
-"""Tiny random Qwen2 / Llama / Qwen3 / Llama-3.1-style models, built from code with
+"""Tiny random Qwen2 / Llama / Qwen3 / Qwen3-MoE / Llama-3.1-style models, built from code with
 transformers' own config classes: every argument set gives bit-identical HF folders, cached under
 a hash of the arguments."""
 
@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 # Bump when the bytes a builder writes change, so stale cached folders are not reused.
 TINY_BUILD_VERSION = 1
 
-FAMILIES = ("qwen2", "llama", "qwen3", "llama31")
+FAMILIES = ("qwen2", "llama", "qwen3", "llama31", "qwen3_moe")
+# Fields left out of the hash at their default, so folders built before they existed are reused.
+_HASH_OPTIONAL = ("head_dim", "num_experts", "moe_ffn_hidden_size", "moe_topk")
 # llama31: Llama with Llama 3.1's rope scaling, its parameters chosen so that, at head_dim 32,
 # some frequencies stay, one is interpolated and the rest are divided by the factor.
 TINY_LLAMA3_ROPE = {
@@ -49,6 +51,9 @@ class TinyModelSpec:
     seed: int = 0
     dtype: str = "float32"
     head_dim: int | None = None  # None: hidden_size / num_heads (left out of the hash)
+    num_experts: int | None = None  # qwen3_moe: routed experts per layer
+    moe_ffn_hidden_size: int | None = None  # qwen3_moe: each expert's ffn size
+    moe_topk: int | None = None  # qwen3_moe: experts per token
 
     @property
     def dim(self) -> int:
@@ -78,20 +83,27 @@ class TinyModelSpec:
                 f"vocab_size={vocab} is smaller than the tokenizer ({TINY_TOKENIZER_SIZE})"
             )
         dtype = dtype_long_name(self.dtype)
-        resolved = {"vocab_size": vocab, "qkv_bias": qkv_bias, "dtype": dtype}
+        resolved: dict[str, Any] = {"vocab_size": vocab, "qkv_bias": qkv_bias, "dtype": dtype}
+        if (self.family == "qwen3_moe") != (self.num_experts is not None):
+            raise ValueError("num_experts is set for family qwen3_moe, and only for it")
+        if self.num_experts is not None:
+            resolved["moe_ffn_hidden_size"] = self.moe_ffn_hidden_size or self.ffn_hidden_size
+            resolved["moe_topk"] = self.moe_topk or 2
         return TinyModelSpec(**{**asdict(self), **resolved})
 
     def key(self) -> str:
         """Short stable hash of the resolved spec and the builder version."""
         fields = asdict(self.resolved())
-        if fields["head_dim"] is None:
-            del fields["head_dim"]  # the hashes of models built before the field existed
+        for name in _HASH_OPTIONAL:
+            if fields[name] is None:
+                del fields[name]  # the hashes of models built before the field existed
         payload = json.dumps({"build": TINY_BUILD_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
 def tiny_model_config(spec: TinyModelSpec | None = None, **variant: Any):
-    """The HF config (``Qwen2Config``, ``LlamaConfig`` or ``Qwen3Config``) of a tiny model."""
+    """The HF config (``Qwen2Config``, ``LlamaConfig``, ``Qwen3Config`` or ``Qwen3MoeConfig``)
+    of a tiny model."""
     spec = (spec or TinyModelSpec(**variant)).resolved()
     ids = tiny_token_ids()
     common = dict(
@@ -122,6 +134,21 @@ def tiny_model_config(spec: TinyModelSpec | None = None, **variant: Any):
         from transformers import Qwen3Config
 
         return Qwen3Config(use_sliding_window=False, attention_bias=False, **common)
+    if spec.family == "qwen3_moe":
+        from transformers import Qwen3MoeConfig
+
+        return Qwen3MoeConfig(
+            use_sliding_window=False,
+            attention_bias=False,
+            num_experts=spec.num_experts,
+            num_experts_per_tok=spec.moe_topk,
+            moe_intermediate_size=spec.moe_ffn_hidden_size,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            router_aux_loss_coef=0.001,
+            **common,
+        )
     from transformers import LlamaConfig
 
     if spec.family == "llama31":
@@ -153,7 +180,7 @@ def _init_weights(model, seed: int) -> None:
             elif "embed_tokens" in name or "lm_head" in name:
                 value = _EMBED_STD * noise
             else:
-                value = noise / param.shape[1] ** 0.5
+                value = noise / param.shape[-1] ** 0.5  # fan-in (experts: [E, out, in])
             param.copy_(value.to(param.dtype))
 
 
@@ -172,9 +199,13 @@ def build_tiny_model(
     seed: int = 0,
     dtype: str | torch.dtype = "float32",
     head_dim: int | None = None,
+    num_experts: int | None = None,
+    moe_ffn_hidden_size: int | None = None,
+    moe_topk: int | None = None,
 ) -> Path:
     """Write an HF folder of a random-init tiny ``Qwen2ForCausalLM`` / ``LlamaForCausalLM`` /
-    ``Qwen3ForCausalLM`` (family qwen2 / llama or llama31 / qwen3).
+    ``Qwen3ForCausalLM`` / ``Qwen3MoeForCausalLM`` (family qwen2 / llama or llama31 / qwen3 /
+    qwen3_moe).
 
     The folder holds config.json, model.safetensors, generation_config.json and the tiny
     tokenizer; the same arguments give bit-identical files. ``vocab_size`` defaults to the
@@ -182,7 +213,13 @@ def build_tiny_model(
     in Qwen's checkpoints).
     """
     import torch
-    from transformers import GenerationConfig, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
+    from transformers import (
+        GenerationConfig,
+        LlamaForCausalLM,
+        Qwen2ForCausalLM,
+        Qwen3ForCausalLM,
+        Qwen3MoeForCausalLM,
+    )
 
     spec = TinyModelSpec(
         family=family,
@@ -197,13 +234,19 @@ def build_tiny_model(
         seed=seed,
         dtype=dtype_long_name(dtype),
         head_dim=head_dim,
+        num_experts=num_experts,
+        moe_ffn_hidden_size=moe_ffn_hidden_size,
+        moe_topk=moe_topk,
     ).resolved()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = tiny_model_config(spec)
-    model_cls = {"qwen2": Qwen2ForCausalLM, "qwen3": Qwen3ForCausalLM}.get(
-        spec.family, LlamaForCausalLM
-    )
+    classes = {
+        "qwen2": Qwen2ForCausalLM,
+        "qwen3": Qwen3ForCausalLM,
+        "qwen3_moe": Qwen3MoeForCausalLM,
+    }
+    model_cls = classes.get(spec.family, LlamaForCausalLM)
     model = model_cls(config).to(torch.float32)
     _init_weights(model, spec.seed)
     model = model.to(getattr(torch, spec.dtype))
@@ -233,3 +276,16 @@ def tiny_llama31_dir() -> Path:
     """Tiny Llama-3.1-style LlamaForCausalLM: llama3 rope scaling (TINY_LLAMA3_ROPE), untied
     embeddings (as Llama-3.1-8B): `${asset:tiny_llama31}`."""
     return tiny_model_dir(family="llama31", tie_word_embeddings=False)
+
+
+def tiny_qwen3_moe_dir() -> Path:
+    """Tiny Qwen3MoeForCausalLM: 8 experts of ffn 64, top-2 with renormalised probabilities
+    (norm_topk_prob, as Qwen3-30B-A3B), q/k norm, head_dim 32, untied embeddings:
+    `${asset:tiny_qwen3_moe}`."""
+    return tiny_model_dir(
+        family="qwen3_moe",
+        num_experts=8,
+        moe_ffn_hidden_size=64,
+        moe_topk=2,
+        tie_word_embeddings=False,
+    )

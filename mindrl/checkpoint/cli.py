@@ -17,7 +17,7 @@ from pathlib import Path
 from mindrl.checkpoint.errors import ConversionError, short_reason
 
 MODEL_TYPES = ("hf", "mg")
-MODEL_TYPES_HF = ("llama", "llama2", "llama3", "qwen2", "qwen25")
+MODEL_TYPES_HF = ("llama", "llama2", "llama3", "qwen2", "qwen25", "qwen3", "qwen3_moe")
 DTYPES = ("fp32", "bf16", "fp16")
 
 
@@ -33,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-dir", required=True, help="must not exist; written atomically")
     p.add_argument("--target-tensor-parallel-size", type=int, default=1)
     p.add_argument("--target-pipeline-parallel-size", type=int, default=1)
+    p.add_argument(
+        "--target-expert-parallel-size",
+        type=int,
+        default=1,
+        help="MoE experts split over this many ranks (must divide num_experts)",
+    )
     p.add_argument(
         "--tokenizer-model",
         help="tokenizer.json (or its folder); its tokenizer files go into the output",
@@ -71,6 +77,7 @@ def _check_args(args: argparse.Namespace) -> None:
     for flag, value in (
         ("--target-tensor-parallel-size", args.target_tensor_parallel_size),
         ("--target-pipeline-parallel-size", args.target_pipeline_parallel_size),
+        ("--target-expert-parallel-size", args.target_expert_parallel_size),
     ):
         if value < 1:
             raise ConversionError(f"{flag} must be >= 1, not {value}")
@@ -129,6 +136,7 @@ def run(args: argparse.Namespace) -> str:
             args.save_dir,
             target_tensor_parallel_size=args.target_tensor_parallel_size,
             target_pipeline_parallel_size=args.target_pipeline_parallel_size,
+            target_expert_parallel_size=args.target_expert_parallel_size,
             params_dtype=args.params_dtype,
             model_type_hf=args.model_type_hf,
             add_qkv_bias=args.add_qkv_bias,
@@ -151,6 +159,7 @@ def run(args: argparse.Namespace) -> str:
             args.save_dir,
             target_tensor_parallel_size=args.target_tensor_parallel_size,
             target_pipeline_parallel_size=args.target_pipeline_parallel_size,
+            target_expert_parallel_size=args.target_expert_parallel_size,
             params_dtype=args.params_dtype,
             progress=progress,
         )

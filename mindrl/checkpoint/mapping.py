@@ -52,6 +52,10 @@ class ParamRule:
     def per_layer(self) -> bool:
         return "{layer}" in self.mcore
 
+    @property
+    def per_expert(self) -> bool:
+        return "{expert}" in self.mcore
+
     def applies_to(self, arch: ModelArchConfig) -> bool:
         return {
             None: True,
@@ -166,10 +170,48 @@ QWEN3_RULES: tuple[ParamRule, ...] = (
     + LLAMA_RULES[3:]
 )
 
+# Qwen3-MoE: Qwen3's attention; the MLP is a router (one row of logits weights per expert,
+# replicated over TP) and `{expert}` SwiGLU experts, each split over TP like a dense MLP. The
+# mcore names carry the *global* expert index (megatron's checkpoint key); an expert-parallel
+# rank holds experts [ep_rank x E / EP, ...) under local indices (`mindrl.checkpoint.online`).
+_E = _D + "mlp.experts.local_experts.{expert}."
+_HE = _L + "mlp.experts.{expert}."
+QWEN3_MOE_RULES: tuple[ParamRule, ...] = (
+    tuple(
+        r
+        for r in QWEN3_RULES
+        if ".mlp.linear_fc" not in r.mcore
+        and "final_layernorm" not in r.mcore
+        and "output_layer" not in r.mcore
+    )
+    + (
+        ParamRule(
+            _D + "mlp.router.weight",
+            (_L + "mlp.gate.weight",),
+            (("experts", "hidden"),),
+            Split.REPLICATED,
+        ),
+        ParamRule(
+            _E + "linear_fc1.weight",
+            (_HE + "gate_proj.weight", _HE + "up_proj.weight"),
+            (("moe_ffn", "hidden"), ("moe_ffn", "hidden")),
+            Split.GATE_UP,
+        ),
+        ParamRule(
+            _E + "linear_fc2.weight",
+            (_HE + "down_proj.weight",),
+            (("hidden", "moe_ffn"),),
+            Split.ROW,
+        ),
+    )
+    + tuple(r for r in QWEN3_RULES if "final_layernorm" in r.mcore or "output_layer" in r.mcore)
+)
+
 TABLES: dict[str, tuple[ParamRule, ...]] = {
     "llama": LLAMA_RULES,
     "qwen2": QWEN2_RULES,
     "qwen3": QWEN3_RULES,
+    "qwen3_moe": QWEN3_MOE_RULES,
 }
 
 # transformer-engine spec: the norms are fused into the next linear layer.
@@ -188,6 +230,7 @@ class BoundRule:
 
     rule: ParamRule
     layer: int | None
+    expert: int | None
     mcore: str
     hf: tuple[str, ...]
     hf_shapes: tuple[tuple[int, ...], ...]
@@ -210,7 +253,7 @@ def rules_for(arch: ModelArchConfig) -> tuple[ParamRule, ...]:
             f"--add-qkv-bias is set but the {arch.family} mapping has no QKV bias "
             "(use --model-type-hf qwen2 for Qwen2 checkpoints)"
         )
-    if arch.qk_layernorm != (arch.family == "qwen3"):
+    if arch.qk_layernorm != (arch.family in ("qwen3", "qwen3_moe")):
         raise ConversionError(
             f"qk_layernorm={arch.qk_layernorm} does not fit the {arch.family} mapping "
             "(q/k layernorm is Qwen3's: model_type_hf qwen3)"
@@ -226,15 +269,22 @@ def symbol_sizes(arch: ModelArchConfig) -> dict[str, int]:
         "q": arch.num_attention_heads * arch.head_dim,
         "kv": arch.num_kv_heads * arch.head_dim,
         "head": arch.head_dim,
+        "experts": arch.num_experts or 0,
+        "moe_ffn": arch.expert_ffn_hidden_size,
     }
 
 
-def bind(rule: ParamRule, arch: ModelArchConfig, layer: int | None) -> BoundRule:
+def bind(
+    rule: ParamRule, arch: ModelArchConfig, layer: int | None, expert: int | None = None
+) -> BoundRule:
     sizes = symbol_sizes(arch)
-    fmt = {"layer": layer} if layer is not None else {}
+    fmt: dict[str, int] = {"layer": layer} if layer is not None else {}
+    if expert is not None:
+        fmt["expert"] = expert
     return BoundRule(
         rule=rule,
         layer=layer,
+        expert=expert,
         mcore=rule.mcore.format(**fmt),
         hf=tuple(name.format(**fmt) for name in rule.hf),
         hf_shapes=tuple(tuple(sizes[s] for s in shape) for shape in rule.hf_shapes),
@@ -245,12 +295,18 @@ def bound_rules(
     arch: ModelArchConfig, *, layers: range | None = None, include_load_only: bool = False
 ) -> list[BoundRule]:
     """Every parameter of the model in a stable order: embedding, layers 0..L-1, final norm,
-    output layer. `layers` restricts the per-layer entries (e.g. one pipeline stage's)."""
+    output layer; within a layer, each per-expert rule for experts 0..E-1. `layers` restricts
+    the per-layer entries (e.g. one pipeline stage's)."""
     rules = [r for r in rules_for(arch) if include_load_only or not r.load_only]
     layers = range(arch.num_layers) if layers is None else layers
     out = [bind(r, arch, None) for r in rules if not r.per_layer and r.mcore.startswith("emb")]
+    experts = range(arch.num_experts or 0)
     for layer in layers:
-        out.extend(bind(r, arch, layer) for r in rules if r.per_layer)
+        for r in rules:
+            if r.per_expert:
+                out.extend(bind(r, arch, layer, e) for e in experts)
+            elif r.per_layer:
+                out.append(bind(r, arch, layer))
     out.extend(
         bind(r, arch, None) for r in rules if not r.per_layer and not r.mcore.startswith("emb")
     )

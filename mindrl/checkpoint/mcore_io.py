@@ -60,6 +60,7 @@ class McoreCheckpointInfo:
     megatron_core_version: str = ""
     format_version: int = FORMAT_VERSION
     hf_config: dict[str, Any] | None = field(default=None, compare=False)
+    expert_parallel_size: int = 1  # EP it was saved from (or converted for); MoE only
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -80,6 +81,7 @@ class McoreCheckpointInfo:
                 megatron_core_version=data.get("megatron_core_version", ""),
                 format_version=int(data.get("format_version", FORMAT_VERSION)),
                 hf_config=data.get("hf_config"),
+                expert_parallel_size=int(data.get("expert_parallel_size", 1)),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptCheckpointError(
@@ -325,6 +327,7 @@ def save_mcore_checkpoint(
         iteration=iteration,
         tensor_parallel_size=ps.get_tensor_model_parallel_world_size(),
         pipeline_parallel_size=ps.get_pipeline_model_parallel_world_size(),
+        expert_parallel_size=ps.get_expert_model_parallel_world_size(),
         megatron_core_version=megatron_core_version(),
         hf_config=hf_config,
     )

@@ -231,6 +231,7 @@ def convert_hf_to_mcore(
     *,
     target_tensor_parallel_size: int = 1,
     target_pipeline_parallel_size: int = 1,
+    target_expert_parallel_size: int = 1,
     params_dtype: str | None = None,
     model_type_hf: str | None = None,
     add_qkv_bias: bool | None = None,
@@ -254,7 +255,12 @@ def convert_hf_to_mcore(
     for notice in notices:
         (notify or logger.warning)(notice)
     try:
-        validate_parallel_layout(arch, target_tensor_parallel_size, target_pipeline_parallel_size)
+        validate_parallel_layout(
+            arch,
+            target_tensor_parallel_size,
+            target_pipeline_parallel_size,
+            target_expert_parallel_size,
+        )
     except ValueError as exc:
         raise ConversionError(str(exc)) from exc
     reader = HFCheckpointReader(hf_dir)
@@ -274,6 +280,7 @@ def convert_hf_to_mcore(
         pipeline_parallel_size=target_pipeline_parallel_size,
         megatron_core_version=megatron_core_version(),
         hf_config=read_hf_config(hf_dir),
+        expert_parallel_size=target_expert_parallel_size,
     )
     with single_process_world(), atomic_directory(save_dir) as temp:
         sharded = meta_sharded_state_dict(arch, dtype_name)
@@ -377,6 +384,7 @@ def convert_mcore_to_mcore(
     *,
     target_tensor_parallel_size: int = 1,
     target_pipeline_parallel_size: int = 1,
+    target_expert_parallel_size: int = 1,
     params_dtype: str | None = None,
     progress: bool = False,
 ) -> ConversionResult:
@@ -394,7 +402,12 @@ def convert_mcore_to_mcore(
     check_dist_checkpoint_files(iter_dir)
     arch = info.arch
     try:
-        validate_parallel_layout(arch, target_tensor_parallel_size, target_pipeline_parallel_size)
+        validate_parallel_layout(
+            arch,
+            target_tensor_parallel_size,
+            target_pipeline_parallel_size,
+            target_expert_parallel_size,
+        )
     except ValueError as exc:
         raise ConversionError(str(exc)) from exc
     dtype_name = dtype_short_name(params_dtype or info.params_dtype)
@@ -405,6 +418,7 @@ def convert_mcore_to_mcore(
         tensor_parallel_size=target_tensor_parallel_size,
         pipeline_parallel_size=target_pipeline_parallel_size,
         megatron_core_version=megatron_core_version(),
+        expert_parallel_size=target_expert_parallel_size,
     )
     rules = bound_rules(arch)
     assets = iter_dir / HF_ASSETS_DIR

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mindrl.checkpoint.errors import ConversionError
+from mindrl.checkpoint.experts import ExpertLayout, expert_layout
 from mindrl.checkpoint.hf_io import (
     DEFAULT_MAX_SHARD_BYTES,
     HFCheckpointReader,
@@ -41,10 +42,15 @@ def global_layer_numbers(model: Any) -> list[int]:
     return [layer.layer_number - 1 for layer in gpt.decoder.layers]
 
 
-def _local_name(bound: BoundRule, local_of: dict[int, int]) -> str:
+def _local_name(
+    bound: BoundRule, local_of: dict[int, int], experts: ExpertLayout | None = None
+) -> str:
     if bound.layer is None:
         return bound.mcore
-    return _LAYER.sub(f"decoder.layers.{local_of[bound.layer]}.", bound.mcore, count=1)
+    name = _LAYER.sub(f"decoder.layers.{local_of[bound.layer]}.", bound.mcore, count=1)
+    if bound.expert is not None and experts is not None:
+        name = experts.local_name(name, bound.expert)
+    return name
 
 
 def _find_param(params: dict[str, Any], name: str) -> tuple[str, Any] | None:
@@ -90,12 +96,14 @@ def load_hf_into_mcore(
     *,
     arch: ModelArchConfig | None = None,
     strict: bool = True,
+    unmapped: tuple[str, ...] = (),
 ) -> ModelArchConfig:
     """Fill this rank's model chunks from an HF safetensors folder (no collective).
 
     TP/PP default to megatron's parallel_state. Layers are taken from each chunk's own global
     layer numbers, so any PP (or virtual-PP) partition works. With `strict`, every parameter of
-    the chunks must be filled. Returns the architecture read from the HF config.
+    the chunks must be filled, except those whose names start with one of `unmapped` (the
+    critic's value head, which no causal-LM checkpoint holds). Returns the architecture read from the HF config.
     """
     chunks = list(model_chunks) if isinstance(model_chunks, (list, tuple)) else [model_chunks]
     tp_rank, tp_size, pp_rank, pp_size = _parallel_defaults(tp_rank, tp_size, pp_rank, pp_size)
@@ -104,6 +112,7 @@ def load_hf_into_mcore(
     else:
         check_rope_scaling(arch, hf_dir)
     reader = HFCheckpointReader(hf_dir)
+    experts = expert_layout(arch)
     try:
         for chunk in chunks:
             gpt = unwrap_model(chunk)
@@ -112,7 +121,9 @@ def load_hf_into_mcore(
             params = dict(gpt.named_parameters())
             filled: set[str] = set()
             for bound in bound_rules(arch, layers=layers, include_load_only=True):
-                found = _find_param(params, _local_name(bound, local_of))
+                if bound.expert is not None and not experts.is_local(bound.expert):
+                    continue  # another expert-parallel rank's expert
+                found = _find_param(params, _local_name(bound, local_of, experts))
                 if found is None:
                     if bound.layer is not None and not bound.rule.load_only:
                         raise ConversionError(
@@ -121,10 +132,12 @@ def load_hf_into_mcore(
                         )
                     continue  # embedding off the first stage, output layer off the last
                 name, param = found
+                if name.startswith(unmapped):
+                    continue
                 pieces = hf_to_mcore_pieces(bound, reader, arch, tp_rank, tp_size)
                 _copy_pieces(param, pieces, bound)
                 filled.add(name)
-            missing = [n for n in params if n not in filled]
+            missing = [n for n in params if n not in filled and not n.startswith(unmapped)]
             if strict and missing:
                 raise ConversionError(
                     f"HF checkpoint {hf_dir} leaves model parameters unset: {missing}"
@@ -163,8 +176,11 @@ def _owner_stage(bound: BoundRule, stage_layers: list[list[int]]) -> int:
     return 0 if bound.mcore.startswith("embedding.") else len(stage_layers) - 1
 
 
-def local_params_by_global_name(model_chunks: Sequence[Any]) -> tuple[dict[str, Any], list[int]]:
-    """This rank's parameters keyed by mcore name with *global* layer numbers, and its layers."""
+def local_params_by_global_name(
+    model_chunks: Sequence[Any], experts: ExpertLayout | None = None
+) -> tuple[dict[str, Any], list[int]]:
+    """This rank's parameters keyed by mcore name with *global* layer numbers (and global
+    expert indices, given this rank's `experts`), and its layers."""
     params: dict[str, Any] = {}
     my_layers: list[int] = []
     for chunk in model_chunks:
@@ -174,6 +190,8 @@ def local_params_by_global_name(model_chunks: Sequence[Any]) -> tuple[dict[str, 
             m = _LAYER.match(name)
             if m:
                 name = _LAYER.sub(f"decoder.layers.{layers[int(m.group(1))]}.", name, count=1)
+            if experts is not None:
+                name = experts.global_name(name)
             params[name] = p
         my_layers.extend(layers)
     return params, my_layers
@@ -187,7 +205,8 @@ def iter_hf_tensors(
     (on every rank when `to_tp_rank0_only` is false). Every rank must exhaust the iterator.
 
     TP shards are merged by the mapping table (fused QKV / gate-up split, vocab padding
-    dropped); a stage's tensors reach stage 0 over the pipeline group. Used for the HF export
+    dropped); an expert reaches every expert-parallel rank of its stage from the rank that
+    holds it; a stage's tensors reach stage 0 over the pipeline group. Used for the HF export
     and for streaming weights into rollout engines.
     """
     import torch
@@ -195,7 +214,10 @@ def iter_hf_tensors(
     from megatron.core import parallel_state as ps
 
     chunks = list(model_chunks) if isinstance(model_chunks, (list, tuple)) else [model_chunks]
-    params, my_layers = local_params_by_global_name(chunks)
+    experts = expert_layout(arch)
+    params, my_layers = local_params_by_global_name(chunks, experts)
+    ep_group = ps.get_expert_model_parallel_group() if experts.ep_size > 1 else None
+    ep_ranks = dist.get_process_group_ranks(ep_group) if ep_group is not None else []
     tp_group = ps.get_tensor_model_parallel_group()
     tp_size = ps.get_tensor_model_parallel_world_size()
     tp_rank = ps.get_tensor_model_parallel_rank()
@@ -218,7 +240,12 @@ def iter_hf_tensors(
         owner = _owner_stage(bound, stage_layers)
         tensors: dict[str, torch.Tensor] | None = None
         if pp_rank == owner:
-            tensors = _gather_to_hf(bound, params, arch, tp_group, tp_size, tp_rank)
+            if bound.expert is None or experts.is_local(bound.expert):
+                tensors = _gather_to_hf(bound, params, arch, tp_group, tp_size, tp_rank)
+            if bound.expert is not None and ep_group is not None and tp_rank == 0:
+                tensors = tensors if tensors is not None else empty(bound)
+                for t in tensors.values():
+                    dist.broadcast(t, src=ep_ranks[experts.owner(bound.expert)], group=ep_group)
         if pp_size > 1 and tp_rank == 0:  # the owner stage's TP rank 0 sends to the others
             tensors = tensors if tensors is not None else empty(bound)
             for t in tensors.values():

@@ -17,6 +17,7 @@ from mindrl.config.fates import SECTION_FATES, section_fate, warn_once
 from mindrl.config.fields import _Problems, build_dataclass, build_groups, suggest
 from mindrl.config.generate import GenerateConfig
 from mindrl.config.model_family import infer_family
+from mindrl.config.ppo import PPO
 from mindrl.config.rl import RL_GROUPS, RLConfig
 from mindrl.config.role import ROLE_GROUPS, ROLE_NAMES, RoleConfig
 from mindrl.config.run import RunConfig, RuntimeConfig
@@ -27,6 +28,7 @@ TOP_LEVEL_KEYS = (
     "actor_config",
     "ref_config",
     "reward_config",
+    "critic_config",
     "rl_config",
     "generate_config",
     "runtime",
@@ -169,6 +171,7 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
             problems.add("rl_config.reward_resource: set, but there is no reward_config section")
         else:
             reward = _build_role(raw, "reward", res.reward_resource.num_npus, problems)
+    critic = _build_critic(raw, actor, res, problems, notes)
     if problems.items or generate is None or runtime is None or actor is None:
         raise ConfigError(problems.items)
     return RunConfig(
@@ -176,11 +179,42 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
         actor=actor,
         ref=ref,
         reward=reward,
+        critic=critic,
         rl=rl,
         generate=generate,
         runtime=runtime,
         notes=tuple(dict.fromkeys(notes)),
     )
+
+
+def _build_critic(
+    raw: Mapping[str, Any],
+    actor: RoleConfig | None,
+    res: Any,
+    problems: _Problems,
+    notes: list[str],
+) -> RoleConfig | None:
+    """PPO's value model from critic_config (stage ray_ppo); elsewhere the section is unread."""
+    if actor is None or raw.get("critic_config") is None:
+        return None
+    if actor.data.stage != PPO:
+        warn_once(
+            "critic_config",
+            f"critic_config: no effect with stage {actor.data.stage}: only PPO trains a "
+            "critic (megatron_training.stage: ray_ppo)",
+        )
+        return None
+    if res.critic_resource is not None:
+        devices = int(res.critic_resource.num_npus)
+    elif res.colocate_all_models:
+        devices = int(res.actor_resource.num_npus)
+    else:
+        problems.add(
+            "rl_config.critic_resource: required for critic_config (or set "
+            "rl_config.colocate_all_models: true to share the actor's devices)"
+        )
+        return None
+    return _build_role(raw, "critic", devices, problems, notes)
 
 
 def _refuse_separate_roles(raw: Mapping[str, Any], res: Any, problems: _Problems) -> None:

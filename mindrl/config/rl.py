@@ -52,7 +52,6 @@ class KLPlacement:
         return f"KL: {self.where}, coef {self.coef:g}, estimator {self.estimator}{ctrl}"
 
 
-GAE_ONLY = no_effect("only GAE reads it (PPO, adv_estimator gae: not built yet)")
 ROLE_DEVICES = honoured(via="RoleConfig.num_devices")
 
 
@@ -122,10 +121,12 @@ class AlgorithmConfig:
         1.0,
         ge=0.0,
         le=1.0,
-        help="discount of token returns: read by adv_estimator reinforce_plus_plus (and GAE, "
-        "not built yet); the group estimators score whole sequences",
+        help="discount of token returns: read by adv_estimator reinforce_plus_plus and gae; "
+        "the group estimators score whole sequences",
     )
-    lam: float = spec(0.95, ge=0.0, le=1.0, fate=GAE_ONLY)
+    lam: float = spec(
+        0.95, ge=0.0, le=1.0, help="GAE's lambda (stage ray_ppo; warned as unread elsewhere)"
+    )
     max_prompt_length: int = spec(
         512, ge=1, help="longer prompts of the store are left out of training, as in MindSpeed-RL"
     )
@@ -144,7 +145,9 @@ class AlgorithmConfig:
         fate=no_effect("only dynamic_sampling reads it; DAPO's is filter_groups_max_batches"),
     )
     cliprange_value: float = spec(
-        0.5, fate=no_effect("only the PPO critic's value loss reads it (not built yet)")
+        0.5,
+        help="the critic's value clip around its rollout values (stage ray_ppo; warned as "
+        "unread elsewhere)",
     )
     advantage_whiten: bool = spec(
         True, fate=no_effect("not read by MindSpeed-RL's trainers either")
@@ -236,7 +239,7 @@ class ResourceConfig:
     actor_resource: ResourceSpec = spec(ResourceSpec(), fate=ROLE_DEVICES)
     reference_resource: ResourceSpec | None = spec(None, fate=ROLE_DEVICES)
     reward_resource: ResourceSpec | None = spec(None, fate=ROLE_DEVICES)
-    critic_resource: ResourceSpec | None = spec(None, fate=refused("PPO critic: not built yet"))
+    critic_resource: ResourceSpec | None = spec(None, fate=ROLE_DEVICES)
     vit_resource: ResourceSpec | None = spec(
         None, fate=refused("multimodal (a ViT worker): not built yet")
     )

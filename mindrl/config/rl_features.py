@@ -159,7 +159,12 @@ class TransferConfig:
     enable_sharding_validate: bool = spec(
         False, fate=no_effect("seed-era resharding self-check: not run by mindrl")
     )
-    tp_split_expert: bool = spec(False, fate=refused("MoE / expert parallel: not built yet"))
+    tp_split_expert: bool = spec(
+        False,
+        fate=refused(
+            "experts split over the inference TP ranks (expert-parallel rollout): not built yet"
+        ),
+    )
     hccl_buffersize: int = spec(256, fate=handed(HCCL_ENV, name="HCCL_BUFFSIZE"))
     runtime_env_path: str = spec(
         "configs/envs/runtime_env.yaml",

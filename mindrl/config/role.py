@@ -230,12 +230,12 @@ class DataConfig:
     seed: int = spec(1234, ge=0)
     stage: str = spec(
         "ray_grpo",
-        help="ray_grpo or ray_dapo (DAPO's loss, dynamic sampling, no reference model)",
+        help="ray_grpo, ray_dapo (DAPO's loss, dynamic sampling, no reference model) or "
+        "ray_ppo (a critic, GAE)",
         fate=refused(
-            "mindrl trains GRPO and DAPO (stage: ray_grpo / ray_dapo)",
-            allowed=("ray_grpo", "ray_dapo"),
+            "mindrl trains GRPO, DAPO and PPO (stage: ray_grpo / ray_dapo / ray_ppo)",
+            allowed=("ray_grpo", "ray_dapo", "ray_ppo"),
             reasons={
-                "ray_ppo": "PPO (stage ray_ppo: critic, GAE): not built yet",
                 "dpo": "offline DPO (stage dpo): not built yet",
                 "ray_online_dpo": "online DPO (stage ray_online_dpo): not built yet",
             },
@@ -288,12 +288,17 @@ ROLE_GROUPS: dict[str, type] = {
     "layer_variant": LayerVariantConfig,
 }
 
-ROLE_NAMES = {"actor": "actor_config", "ref": "ref_config", "reward": "reward_config"}
+ROLE_NAMES = {
+    "actor": "actor_config",
+    "ref": "ref_config",
+    "reward": "reward_config",
+    "critic": "critic_config",
+}
 
 
 @dataclass(frozen=True)
 class RoleConfig:
-    """Everything one role (actor, ref, reward) needs to build and run its model."""
+    """Everything one role (actor, ref, reward, critic) needs to build and run its model."""
 
     FLAT_GROUPS: ClassVar[bool] = True  # the groups' keys sit directly in the role's section
 

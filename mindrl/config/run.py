@@ -61,6 +61,7 @@ class RunConfig:
         "actor": "actor_config",
         "ref": "ref_config",
         "reward": "reward_config",
+        "critic": "critic_config",
         "rl": "rl_config",
         "generate": "generate_config",
         "runtime": "runtime",
@@ -74,10 +75,11 @@ class RunConfig:
     generate: GenerateConfig
     runtime: RuntimeConfig
     notes: tuple[str, ...] = ()  # what the builder decided (model family), said at start
+    critic: RoleConfig | None = None  # PPO's value model (stage ray_ppo)
 
     @property
     def roles(self) -> list[RoleConfig]:
-        return [r for r in (self.actor, self.ref, self.reward) if r is not None]
+        return [r for r in (self.actor, self.ref, self.reward, self.critic) if r is not None]
 
     @property
     def output_dir(self) -> str:

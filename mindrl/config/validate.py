@@ -13,6 +13,7 @@ from mindrl.algorithms.names import GROUP_ESTIMATORS, RETURN_ESTIMATORS
 from mindrl.config.dapo import DAPO, dapo_problems
 from mindrl.config.errors import ConfigError
 from mindrl.config.fates import warn_once
+from mindrl.config.ppo import ppo_problems
 from mindrl.config.rl import MIN_VERIFIER_MEMORY_MB, AlgorithmConfig
 from mindrl.config.role import ROLE_NAMES, RoleConfig
 from mindrl.config.run import RunConfig
@@ -57,6 +58,7 @@ def _role_layout_problems(role: RoleConfig, resource_key: str) -> list[str]:
             f"num_attention_heads ({m.num_attention_heads}); set kv_channels"
         )
     out.extend(f"model.{m.name}.{problem}" for problem in m.rope_scaling_problems())
+    out.extend(f"model.{m.name}.{problem}" for problem in m.moe_problems())
     if role.precision.bf16 and role.precision.fp16:
         out.append(f"{sec}.bf16: bf16 and fp16 are both true; choose one")
     if role.optim.min_lr > role.optim.lr and role.optim.lr_decay_style != "constant":
@@ -377,15 +379,23 @@ def cross_field_problems(
     with `missing_path_problems` as warnings); unset ones and unwritable outputs stay in."""
     out: list[str] = []
     res = run.rl.resources
-    keys = {"actor": "actor_resource", "ref": "reference_resource", "reward": "reward_resource"}
+    keys = {
+        "actor": "actor_resource",
+        "ref": "reference_resource",
+        "reward": "reward_resource",
+        "critic": "critic_resource",
+    }
     for role in run.roles:
         key = keys[role.role]
         if role.role == "ref" and res.reference_resource is None:
             key = "actor_resource"
+        if role.role == "critic" and res.critic_resource is None:
+            key = "actor_resource"  # colocate_all_models: the actor's devices
         out.extend(_role_layout_problems(role, key))
     out.extend(_batch_problems(run))
     out.extend(_algorithm_problems(run))
     out.extend(dapo_problems(run))
+    out.extend(ppo_problems(run))
     out.extend(_validation_problems(run))
     out.extend(_reward_problems(run))
     if check_paths:

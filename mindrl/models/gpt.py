@@ -1,10 +1,11 @@
 """Build megatron-core's GPTModel from a `ModelArchConfig` at the current TP/PP.
 
-Llama / Qwen2 / Qwen3 map onto GPTModel as: RMSNorm (eps), RoPE (theta, non-interleaved like
+Llama / Qwen2 / Qwen3 / Qwen3-MoE map onto GPTModel as: RMSNorm (eps), RoPE (theta, non-interleaved like
 HF's rotate_half; Llama 3.x frequency scaling), SwiGLU (gated_linear_unit + silu), GQA
 (num_query_groups), explicit head_dim (kv_channels), bias only on QKV (Qwen2), RMSNorm per
 query / key head (Qwen3: qk_layernorm), tied or untied output layer, vocab padded to a multiple
-of make_vocab_size_divisible_by x TP. The transformer-engine layer spec is used when
+of make_vocab_size_divisible_by x TP; Qwen3-MoE's experts are megatron's MoE layer
+(`mindrl.models.moe`). The transformer-engine layer spec is used when
 transformer_engine imports, the local (pure megatron-core) spec otherwise.
 
 megatron-core >= 0.12: only long-standing TransformerConfig fields are set, and keyword
@@ -24,6 +25,7 @@ from mindrl.accelerator import get_accelerator
 from mindrl.accelerator.megatron_shims import gloo_pipeline_overrides, tensor_cuda_is_identity
 from mindrl.config.model_arch import ModelArchConfig
 from mindrl.models.dtypes import dtype_short_name, torch_dtype
+from mindrl.models.moe import moe_transformer_kwargs, validate_expert_layout
 
 if TYPE_CHECKING:
     import torch
@@ -35,13 +37,13 @@ def te_available() -> bool:
     return importlib.util.find_spec("transformer_engine") is not None
 
 
-def validate_parallel_layout(arch: ModelArchConfig, tp: int, pp: int) -> None:
-    """Raise ValueError when TP/PP cannot split this architecture (names the flag)."""
-    problems = []
+def validate_parallel_layout(arch: ModelArchConfig, tp: int, pp: int, ep: int = 1) -> None:
+    """Raise ValueError when TP/PP/EP cannot split this architecture (names the flag)."""
+    problems = validate_expert_layout(arch, ep)
     for what, value in (
         ("num_attention_heads", arch.num_attention_heads),
         ("num_query_groups (kv heads)", arch.num_kv_heads),
-        ("ffn_hidden_size", arch.ffn_hidden_size),
+        ("moe_ffn_hidden_size" if arch.is_moe else "ffn_hidden_size", arch.expert_ffn_hidden_size),
     ):
         if value % tp:
             problems.append(
@@ -67,6 +69,7 @@ def transformer_config_from_arch(
     *,
     tensor_parallel_size: int,
     pipeline_parallel_size: int,
+    expert_parallel_size: int = 1,
     params_dtype: str | torch.dtype = "fp32",
     use_cpu_initialization: bool | None = None,
     perform_initialization: bool = True,
@@ -120,6 +123,7 @@ def transformer_config_from_arch(
         attention_softmax_in_fp32=True,
         rotary_interleaved=False,
         sequence_parallel=False,
+        **moe_transformer_kwargs(arch, expert_parallel_size),
     )
     if overrides:
         unknown = set(overrides) - {f.name for f in dataclasses.fields(TransformerConfig)}
@@ -142,13 +146,16 @@ def layer_spec(
 
     if use_te is None:
         use_te = te_available()
+    moe = {"num_experts": config.num_moe_experts, "moe_grouped_gemm": False}
     if use_te:
-        return specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=config.qk_layernorm)
+        return specs.get_gpt_layer_with_transformer_engine_spec(
+            qk_layernorm=config.qk_layernorm, **moe
+        )
     fn = specs.get_gpt_layer_local_spec
     if "normalization" in inspect.signature(fn).parameters:
-        spec = fn(qk_layernorm=config.qk_layernorm, normalization=config.normalization)
+        spec = fn(qk_layernorm=config.qk_layernorm, normalization=config.normalization, **moe)
     else:
-        spec = fn(qk_layernorm=config.qk_layernorm)
+        spec = fn(qk_layernorm=config.qk_layernorm, **moe)
     if not config.sequence_parallel:
         return spec
     from megatron.core.transformer.transformer_block import (
@@ -197,13 +204,15 @@ def build_gpt_model(
     acc.apply_megatron_shims()
     tp = ps.get_tensor_model_parallel_world_size()
     pp = ps.get_pipeline_model_parallel_world_size()
-    validate_parallel_layout(arch, tp, pp)
+    ep = ps.get_expert_model_parallel_world_size()
+    validate_parallel_layout(arch, tp, pp, ep)
     if acc.dist_backend == "gloo":
         config_overrides = {**gloo_pipeline_overrides(), **(config_overrides or {})}
     config = transformer_config_from_arch(
         arch,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
+        expert_parallel_size=ep,
         params_dtype=params_dtype,
         use_cpu_initialization=True if meta_device else None,
         perform_initialization=perform_initialization and not meta_device,

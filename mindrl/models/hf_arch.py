@@ -4,7 +4,8 @@ The converter and the online loader only have an HF folder; the trainer has a
 `ModelArchConfig`. These two functions translate between them and refuse (with a
 `ConversionError` naming the key) any HF feature the megatron-core model built by
 `mindrl.models.gpt` would silently get wrong: rope scaling other than llama3, sliding windows,
-biases on o_proj or the MLP, a non-SiLU activation. Qwen3's q/k norm follows from its family.
+biases on o_proj or the MLP, a non-SiLU activation, dense layers among Qwen3-MoE's expert
+layers. Qwen3's q/k norm follows from its family.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from mindrl.config.model_arch import HF_FAMILIES, ModelArchConfig
 from mindrl.config.model_family import NOT_BUILT, classify_hf_config, hf_config_refusal
 
 # HF `model_type` -> mindrl mapping family, and the HF class that family saves as.
-HF_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+HF_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe"}
 HF_ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
 }
 LLAMA3_HF_KEYS = (
     "factor",
@@ -134,7 +136,7 @@ def arch_from_hf_config(
     if act not in ("silu", "swish"):
         raise ConversionError(f"HF config hidden_act={act!r} is not supported (SwiGLU needs silu)")
     for key in ("attention_bias", "mlp_bias"):
-        if family in ("llama", "qwen3") and cfg.get(key):
+        if family in ("llama", "qwen3", "qwen3_moe") and cfg.get(key):
             raise ConversionError(
                 f"HF config {key}=true is not supported (bias on o_proj / the MLP has no "
                 "megatron-core mapping here)"
@@ -164,14 +166,47 @@ def arch_from_hf_config(
         **rope_scaling,
         norm_epsilon=float(cfg.get("rms_norm_eps", 1e-6)),
         add_qkv_bias=family == "qwen2",
-        qk_layernorm=family == "qwen3",
+        qk_layernorm=family in ("qwen3", "qwen3_moe"),
         disable_bias_linear=True,
         untie_embeddings_and_output_weights=not bool(cfg.get("tie_word_embeddings", False)),
         swiglu=True,
         attention_dropout=float(cfg.get("attention_dropout", 0.0) or 0.0),
         hidden_dropout=0.0,
         init_method_std=float(cfg.get("initializer_range", 0.02)),
+        **(_moe_from_hf(cfg) if family == "qwen3_moe" else {}),
     )
+
+
+def _moe_from_hf(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """`ModelArchConfig`'s MoE fields of a Qwen3-MoE config.json (every layer sparse)."""
+    if int(cfg.get("decoder_sparse_step", 1) or 1) != 1 or cfg.get("mlp_only_layers"):
+        raise ConversionError(
+            "HF config decoder_sparse_step / mlp_only_layers: dense layers among Qwen3-MoE's "
+            "expert layers are not built yet (every layer must be sparse)"
+        )
+    experts = cfg.get("num_experts", cfg.get("num_local_experts"))
+    if experts is None:
+        raise ConversionError("HF config has no 'num_experts'")
+    return {
+        "num_experts": int(experts),
+        "moe_ffn_hidden_size": int(_require(cfg, "moe_intermediate_size")),
+        "moe_router_topk": int(_require(cfg, "num_experts_per_tok")),
+        "norm_topk_prob": bool(cfg.get("norm_topk_prob", False)),
+        "moe_aux_loss_coeff": float(cfg.get("router_aux_loss_coef", 0.0) or 0.0),
+    }
+
+
+def _moe_to_hf(arch: ModelArchConfig) -> dict[str, Any]:
+    """Qwen3MoeConfig's MoE arguments of `arch`."""
+    return {
+        "num_experts": arch.num_experts,
+        "num_experts_per_tok": arch.moe_router_topk,
+        "moe_intermediate_size": arch.expert_ffn_hidden_size,
+        "norm_topk_prob": arch.norm_topk_prob,
+        "router_aux_loss_coef": arch.moe_aux_loss_coeff,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+    }
 
 
 def hf_config_from_arch(arch: ModelArchConfig, *, dtype: str = "float32") -> dict[str, Any]:
@@ -181,21 +216,25 @@ def hf_config_from_arch(arch: ModelArchConfig, *, dtype: str = "float32") -> dic
         raise ConversionError("a qwen2 model without add_qkv_bias has no HF Qwen2 equivalent")
     if arch.family != "qwen2" and arch.add_qkv_bias:
         raise ConversionError(f"a {arch.family} model with add_qkv_bias has no HF equivalent")
-    if arch.qk_layernorm != (arch.family == "qwen3"):
+    if arch.qk_layernorm != (arch.family in ("qwen3", "qwen3_moe")):
         raise ConversionError(
             f"a {arch.family} model with qk_layernorm={arch.qk_layernorm} has no HF equivalent "
             "(q/k layernorm is Qwen3's: model_type_hf qwen3)"
         )
     if not arch.disable_bias_linear or not arch.swiglu:
         raise ConversionError("only bias-free SwiGLU models (disable_bias_linear, swiglu) export")
+    rope_scaling = arch.rope_scaling_hf()
+    extra: dict[str, Any] = {"rope_scaling": rope_scaling} if rope_scaling else {}
     if arch.family == "qwen2":
         from transformers import Qwen2Config as ConfigCls
     elif arch.family == "qwen3":
         from transformers import Qwen3Config as ConfigCls
+    elif arch.family == "qwen3_moe":
+        from transformers import Qwen3MoeConfig as ConfigCls
+
+        extra.update(_moe_to_hf(arch))
     else:
         from transformers import LlamaConfig as ConfigCls
-    rope_scaling = arch.rope_scaling_hf()
-    extra = {"rope_scaling": rope_scaling} if rope_scaling else {}
     config = ConfigCls(
         vocab_size=arch.vocab_size,
         hidden_size=arch.hidden_size,

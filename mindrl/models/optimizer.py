@@ -99,3 +99,25 @@ def build_optimizer(
         wd_incr_style="constant",
     )
     return TrainingOptimizer(optimizer, scheduler)
+
+
+def clip_grads_to_norm(optimizer: Any, max_norm: float, total_norm: float) -> None:
+    """Scale the gradients so that their global norm `total_norm` (already computed over all
+    of the optimizer's parameters) is at most `max_norm`.
+
+    With MoE, megatron builds a ChainedOptimizer (dense and expert parameters apart), whose
+    `clip_grad_norm` refuses to run; each part is clipped with the one global norm, as
+    megatron's own chained `step` does. The clip function is looked up at call time, so the
+    CPU shim that replaces it applies.
+    """
+    import megatron.core.optimizer.optimizer as optimizer_mod
+
+    for part in getattr(optimizer, "chained_optimizers", [optimizer]):
+        params = part.get_parameters()
+        if params:
+            optimizer_mod.clip_grad_by_total_norm_fp32(
+                params,
+                max_norm,
+                total_norm,
+                part.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8,
+            )

@@ -1,4 +1,5 @@
-"""torch.distributed + megatron parallel_state set-up and tear-down for a TP x PP (x DP) layout.
+"""torch.distributed + megatron parallel_state set-up and tear-down for a TP x PP (x DP, x EP)
+layout.
 
 One function brings a process into the layout the trainer, the tests and the offline converter
 need, on any accelerator: the accelerator picks the backend (gloo on CPU) and the device,
@@ -86,6 +87,7 @@ def init_parallel(
     tensor_parallel_size: int = 1,
     pipeline_parallel_size: int = 1,
     *,
+    expert_parallel_size: int = 1,
     accelerator: str = "auto",
     virtual_pipeline_size: int | None = None,
     rank: int | None = None,
@@ -103,6 +105,8 @@ def init_parallel(
     process group (Ray worker, vLLM colocation) is reused and left alone by `destroy_parallel`.
     If parallel_state is already initialised with the same TP/PP it is reused as is.
     `virtual_pipeline_size`: model chunks per pipeline rank (the interleaved schedule).
+    `expert_parallel_size`: MoE experts split over this many ranks of each pipeline stage
+    (megatron's expert group; experts keep TP inside it); it must divide the world / PP.
     """
     import torch.distributed as dist
     from megatron.core import parallel_state
@@ -136,14 +140,20 @@ def init_parallel(
             f"world size {world} is not divisible by TP x PP = "
             f"{tensor_parallel_size} x {pipeline_parallel_size}"
         )
+    if (world // pipeline_parallel_size) % (expert_parallel_size * tensor_parallel_size):
+        raise ValueError(
+            f"world size {world} / PP {pipeline_parallel_size} is not divisible by "
+            f"EP x TP = {expert_parallel_size} x {tensor_parallel_size}"
+        )
     if parallel_state.model_parallel_is_initialized():
         same = (
             parallel_state.get_tensor_model_parallel_world_size() == tensor_parallel_size
             and parallel_state.get_pipeline_model_parallel_world_size() == pipeline_parallel_size
+            and parallel_state.get_expert_model_parallel_world_size() == expert_parallel_size
         )
         if not same:
             raise RuntimeError(
-                "megatron parallel_state is already initialised with another TP/PP; "
+                "megatron parallel_state is already initialised with another TP/PP/EP; "
                 "call destroy_parallel() first"
             )
     else:
@@ -151,6 +161,7 @@ def init_parallel(
             tensor_model_parallel_size=tensor_parallel_size,
             pipeline_model_parallel_size=pipeline_parallel_size,
             virtual_pipeline_model_parallel_size=virtual_pipeline_size,
+            expert_model_parallel_size=expert_parallel_size,
         )
     if seed is not None:
         acc.seed(seed)

@@ -66,7 +66,8 @@ def layer_bytes(shape: RoleShape, seq: int) -> LayerBytes:
     arch, e, t = shape.arch, shape.act_bytes, shape.tp
     h, heads, kv_heads = arch.hidden_size, arch.num_attention_heads, arch.num_kv_heads
     q, kv = heads * arch.head_dim, kv_heads * arch.head_dim
-    f = arch.ffn_hidden_size
+    # MoE: each token passes through top-k experts of the expert ffn size
+    f = arch.expert_ffn_hidden_size * (arch.moe_router_topk if arch.is_moe else 1)
     norm = e * h if shape.fused_norm else EAGER_NORM_BYTES * h
     replicated = 2 * norm + 2 * e * h + (2 * h if arch.hidden_dropout > 0 else 0)
     if shape.flash_attention:

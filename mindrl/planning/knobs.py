@@ -47,7 +47,9 @@ def target_bytes(plan: CorePlan, target: str) -> float:
 def _section(run: RunConfig, role: str) -> str:
     if role == "ref" and run.rl.resources.use_integrated_worker:
         return "actor_config"  # the integrated reference is built from actor_config
-    return {"actor": "actor_config", "ref": "ref_config", "reward": "reward_config"}[role]
+    from mindrl.config.role import ROLE_NAMES
+
+    return ROLE_NAMES[role]
 
 
 def _with_role(run: RunConfig, role: str, group: str, **changes: object) -> RunConfig:

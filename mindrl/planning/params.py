@@ -17,18 +17,23 @@ from dataclasses import dataclass
 from mindrl.config.model_arch import ModelArchConfig
 
 
-def layer_params(arch: ModelArchConfig, tp: int = 1) -> int:
-    """One transformer layer's parameters on one TP rank."""
+def layer_params(arch: ModelArchConfig, tp: int = 1, ep: int = 1) -> int:
+    """One transformer layer's parameters on one TP rank (of one EP rank: a MoE layer holds
+    its router whole and E / EP experts, each split over TP like a dense MLP)."""
     h, d = arch.hidden_size, arch.head_dim
     q, kv = arch.num_attention_heads * d, arch.num_kv_heads * d
-    ffn_out = 2 * arch.ffn_hidden_size if arch.swiglu else arch.ffn_hidden_size
+    ffn = arch.expert_ffn_hidden_size
+    ffn_out = 2 * ffn if arch.swiglu else ffn
     bias = not arch.disable_bias_linear
     qkv = h * (q + 2 * kv) // tp + ((q + 2 * kv) // tp if arch.add_qkv_bias or bias else 0)
     proj = q * h // tp + (h if bias else 0)
     fc1 = h * ffn_out // tp + (ffn_out // tp if bias else 0)
-    fc2 = arch.ffn_hidden_size * h // tp + (h if bias else 0)
+    fc2 = ffn * h // tp + (h if bias else 0)
     norms = 2 * h + (2 * d if arch.qk_layernorm else 0)  # Qwen3: one norm per q / k head dim
-    return qkv + proj + fc1 + fc2 + norms
+    if arch.num_experts is None:
+        return qkv + proj + fc1 + fc2 + norms
+    router = arch.num_experts * h
+    return qkv + proj + norms + router + arch.num_experts // ep * (fc1 + fc2)
 
 
 def embedding_params(arch: ModelArchConfig, tp: int = 1) -> int:
@@ -51,7 +56,7 @@ class StageParams:
         return self.layers * self.layer_params + self.embedding + self.output + self.final_norm
 
 
-def stage_params(arch: ModelArchConfig, tp: int, pp: int, stage: int) -> StageParams:
+def stage_params(arch: ModelArchConfig, tp: int, pp: int, stage: int, ep: int = 1) -> StageParams:
     """One rank's parameters at pipeline stage `stage` of `pp` (layers split evenly; with a
     virtual pipeline the first chunk of stage 0 holds the embeddings and the last chunk of
     the last stage the output layer, so the per-rank totals are the same)."""
@@ -60,7 +65,7 @@ def stage_params(arch: ModelArchConfig, tp: int, pp: int, stage: int) -> StagePa
     output = emb if last and (not arch.tie_word_embeddings or pp > 1) else 0
     return StageParams(
         layers=arch.num_layers // pp,
-        layer_params=layer_params(arch, tp),
+        layer_params=layer_params(arch, tp, ep),
         embedding=emb if first else 0,
         output=output,
         final_norm=arch.hidden_size if last else 0,

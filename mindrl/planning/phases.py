@@ -158,7 +158,7 @@ def actor_ranks(
     seq, cpu = lengths.seq, backend == "cpu"
     out = []
     for stage in range(shape.pp):
-        n = stage_params(shape.arch, shape.tp, shape.pp, stage).total
+        n = stage_params(shape.arch, shape.tp, shape.pp, stage, shape.ep).total
         state: Parts = (
             ("params", n * dtype),
             ("grads", n * GRAD_BYTES),
@@ -166,7 +166,7 @@ def actor_ranks(
         )
         acts = stage_activations(shape, seq, stage, n_micro)
         train = [*state, ("activations", acts.total)]
-        if stage == shape.pp - 1:
+        if stage == shape.pp - 1 and shape.role == "actor":  # the critic outputs one value
             entropy = run.rl.algorithm.entropy_coeff > 0
             loss = logits_bytes(shape, seq, lengths.response, training=True, entropy_grad=entropy)
             train.append(("logits", loss))
@@ -193,7 +193,7 @@ def actor_ranks(
             phases.append(Phase("rollout", rollout))
         flight = f"{acts.in_flight:g} micro-batch(es) of {shape.micro_batch} in flight"
         notes = (("activations", flight),)
-        out.append(RankPlan("actor", stage, tuple(phases), idle, notes))
+        out.append(RankPlan(shape.role, stage, tuple(phases), idle, notes))
     return tuple(out)
 
 
@@ -206,7 +206,7 @@ def forward_ranks(
     masks = _rank_samples(run, shape.dp) * seq * seq
     out = []
     for stage in range(shape.pp):
-        n = stage_params(shape.arch, shape.tp, shape.pp, stage).total
+        n = stage_params(shape.arch, shape.tp, shape.pp, stage, shape.ep).total
         params: Parts = (("params", n * dtype),)
         parts = [*params, ("activations", forward_activations(shape, seq)), ("masks", masks)]
         if stage == shape.pp - 1:
@@ -227,8 +227,8 @@ def _role_plan(
     run: RunConfig, role: RoleConfig, lengths: Lengths, backend: str, engine: EngineMemory | None
 ) -> RolePlan:
     shape = role_shape(role, backend)
-    if role.role == "actor":
-        ranks = actor_ranks(run, shape, lengths, backend, engine)
+    if role.role in ("actor", "critic"):  # trained: weights, grads, optimizer, activations
+        ranks = actor_ranks(run, shape, lengths, backend, engine if role.role == "actor" else None)
     elif role.role == "reward":
         ranks = (_reward_rank(shape, lengths),)
     else:
@@ -287,7 +287,9 @@ def build_plan(run: RunConfig, backend: str) -> CorePlan:
         master = MASTER_BYTES if DTYPE_BYTES[shape.params_dtype] < 4 else 0
         per_param = DTYPE_BYTES[shape.params_dtype] + GRAD_BYTES
         per_param += master / (shape.dp if shape.distributed_optimizer else 1)
-        n = max(stage_params(shape.arch, shape.tp, shape.pp, s).total for s in range(shape.pp))
+        n = max(
+            stage_params(shape.arch, shape.tp, shape.pp, s, shape.ep).total for s in range(shape.pp)
+        )
         start = n * per_param + engine.total
     processes, host = 0, 0.0
     if backend == "cpu":

@@ -97,6 +97,7 @@ class RoleShape:
     fused_swiglu: bool
     trains: bool
     hf_model: bool  # the reward model: a whole HF model per device, no megatron
+    ep: int = 1  # expert parallel (MoE): each rank holds E / EP experts of every layer
 
     @property
     def act_bytes(self) -> int:
@@ -147,8 +148,9 @@ def role_shape(role: RoleConfig, backend: str) -> RoleShape:
         flash_attention=te or bool(effective(kern, "use_flash_attn", backend)),
         fused_norm=te or bool(effective(kern, "use_fused_rmsnorm", backend)),
         fused_swiglu=bool(effective(kern, "use_fused_swiglu", backend)),
-        trains=role.role == "actor",
+        trains=role.role in ("actor", "critic"),
         hf_model=role.role == "reward",
+        ep=role.moe.expert_model_parallel_size,
     )
 
 

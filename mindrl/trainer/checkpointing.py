@@ -20,7 +20,8 @@ from mindrl.checkpoint.safe_load import check_dcp_folder
 from mindrl.checkpoint.train_state import MODEL_DIR, verify_rank_states
 from mindrl.config.run import RunConfig
 from mindrl.trainer.run_state import CheckpointDirs, RunState, load_run_state, save_run_state
-from mindrl.workers.facades import ActorGroup
+from mindrl.workers.critic import CRITIC_DIR
+from mindrl.workers.facades import ActorGroup, CriticGroup
 
 logger = logging.getLogger("mindrl.trainer")
 
@@ -36,9 +37,11 @@ def _read_complete(dirs: CheckpointDirs, step: int, reads_rank_states: bool) -> 
     the files the workers will read are plain data."""
     iter_dir = dirs.iteration_dir(step)
     verify_manifest(iter_dir)
-    if reads_rank_states:
-        verify_rank_states(iter_dir)
-    check_dcp_folder(iter_dir / MODEL_DIR)
+    parts = [iter_dir] + ([iter_dir / CRITIC_DIR] if (iter_dir / CRITIC_DIR).is_dir() else [])
+    for part in parts:  # the actor's, and PPO's critic's
+        if reads_rank_states:
+            verify_rank_states(part)
+        check_dcp_folder(part / MODEL_DIR)
     try:
         state = load_run_state(iter_dir)
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -91,13 +94,18 @@ class CheckpointWriter:
             return False
         return step == self.run.actor.optim.train_iters or (interval > 0 and step % interval == 0)
 
-    def save(self, step: int, actor: ActorGroup, state: RunState) -> Path:
+    def save(
+        self, step: int, actor: ActorGroup, state: RunState, critic: CriticGroup | None = None
+    ) -> Path:
         """Workers write into a temporary folder; it appears as `iter_XXXXXXX` only when
-        complete (a crash at any point leaves the previous checkpoint)."""
+        complete (a crash at any point leaves the previous checkpoint). PPO's critic saves
+        into its `critic/` subfolder: one step, one folder, one manifest."""
         assert self.dirs is not None, "no actor_config.save folder"
         pending = self.dirs.begin(step)
         try:
             actor.save_checkpoint(str(pending))
+            if critic is not None:
+                critic.save_checkpoint(str(pending))
             save_run_state(pending, state)
             write_manifest(pending)
         except BaseException:

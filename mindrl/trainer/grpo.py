@@ -1,7 +1,8 @@
-"""The GRPO / DAPO loop. One step, as DESIGN.md draws it:
+"""The GRPO / DAPO / PPO loop. One step, as DESIGN.md draws it:
 
     prompts -> actor.generate (n per prompt) -> rule rewards -> reference and old log-probs
-    (old ones only when the batch gets more than one optimizer step) -> group advantages
+    (old ones only when the batch gets more than one optimizer step) -> [PPO: critic values]
+    -> advantages (group, or GAE) -> [PPO: critic.update on the returns]
     -> actor.update (mini-batches x micro-batches) -> actor.sync_weights
 
 The driver holds no model: it owns the batch and calls typed role facades, which own the
@@ -56,14 +57,24 @@ def grpo_step(
             with timer("old_log_prob"):
                 old_lp = roles.actor.log_probs(batch)
             batch = batch.with_tensors(old_log_probs=old_lp)
+        values = None
+        if roles.critic is not None:
+            with timer("values"):
+                values = roles.critic.values(batch)
         between_phases()
         with timer("adv"):
             adv = compute_step_advantages(
-                batch, scored.scores, run.rl.algorithm, t.kl_ctrl, old_lp, ref_lp
+                batch, scored.scores, run.rl.algorithm, t.kl_ctrl, old_lp, ref_lp, values
             )
         batch = batch.with_response_mask(adv.response_mask).with_tensors(advantages=adv.values)
         if ref_lp is not None:
             batch = batch.with_tensors(ref_log_probs=ref_lp)
+        critic_metrics: dict[str, float] = {}
+        if roles.critic is not None and adv.returns is not None:
+            with timer("critic_update"):
+                critic_metrics = roles.critic.update(
+                    batch.with_tensors(values=values, returns=adv.returns), step
+                )
         with timer("update"):
             update = roles.actor.update(batch, step)
         with timer("sync"):
@@ -78,7 +89,7 @@ def grpo_step(
         sync,
         epochs=run.rl.algorithm.epochs,
     )
-    return {**metrics, **sampling_metrics}, scored
+    return {**metrics, **sampling_metrics, **critic_metrics}, scored
 
 
 def run_state_now(t: Trainer, step: int) -> Any:
@@ -110,7 +121,7 @@ def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progres
         if t.run.rl.logging.log_completions:
             t.metrics.log_completions(step + 1, scored.completions)
         if t.checkpoints.due(step + 1):
-            t.checkpoints.save(step + 1, t.roles.actor, run_state_now(t, step + 1))
+            t.checkpoints.save(step + 1, t.roles.actor, run_state_now(t, step + 1), t.roles.critic)
         if validation_due(t, step + 1):
             _log_validation(t, step + 1)
     export_final(t.run, t.roles.actor)

@@ -18,6 +18,7 @@ from mindrl.config.fates import MINDSPEED, handoffs
 from mindrl.config.run import RunConfig
 from mindrl.workers.facades import (
     ActorGroup,
+    CriticGroup,
     ReferenceGroup,
     RewardModelGroup,
     RolloutGenerator,
@@ -40,6 +41,7 @@ class Roles:
     rollout: RolloutGroup | None  # when rollout has its own devices
     groups: list[WorkerGroup]
     placement_groups: dict[str, Any]
+    critic: CriticGroup | None = None  # PPO's value model (critic_config)
 
     @property
     def generator(self) -> RolloutGenerator:
@@ -89,6 +91,7 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
     )
     from mindrl.cluster.worker_group import WorkerGroup
     from mindrl.workers.actor import ActorWorker
+    from mindrl.workers.critic import CriticWorker
     from mindrl.workers.megatron_worker import ReferenceWorker
     from mindrl.workers.reward import RewardWorker
     from mindrl.workers.rollout import RolloutWorker
@@ -106,6 +109,7 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
                     "ref": (ReferenceWorker, (run,)),
                     "rollout": (RolloutWorker, (run,)),
                     "reward": (RewardWorker, (run,)),
+                    "critic": (CriticWorker, (run,)),
                 }.get(layout.role, (None, ()))
                 cpus = cpus_per_worker(device_group)
                 groups[layout.role] = WorkerGroup(
@@ -124,7 +128,7 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
     except BaseException:
         shutdown_groups(list(groups.values()), pgs)
         raise
-    ref, reward, rollout = (groups.get(r) for r in ("ref", "reward", "rollout"))
+    ref, reward, rollout, critic = (groups.get(r) for r in ("ref", "reward", "rollout", "critic"))
     return Roles(
         actor=ActorGroup(groups["actor"]),
         ref=ReferenceGroup(ref) if ref is not None else None,
@@ -132,4 +136,5 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
         rollout=RolloutGroup(rollout) if rollout is not None else None,
         groups=list(groups.values()),
         placement_groups=pgs,
+        critic=CriticGroup(critic) if critic is not None else None,
     )

@@ -123,6 +123,8 @@ def start_models(run: RunConfig, roles: Roles, resume: ResumePoint | None) -> No
         roles.ref.init_model()
     if roles.reward is not None:
         roles.reward.init_model()
+    if roles.critic is not None:
+        roles.critic.init_model(str(resume.iter_dir) if resume else None)
     if roles.rollout is not None:
         roles.rollout.init_engine(roles.actor.engine_model_dir())
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mindrl.config.run import RunConfig
-from mindrl.workers.megatron_worker import MegatronModelWorker
+from mindrl.workers.trainable import TrainableWorker
 
 if TYPE_CHECKING:
     from mindrl.data.batch import SampleBatch
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from mindrl.workers.policy_update import PolicyUpdater
 
 
-class ActorWorker(MegatronModelWorker):
+class ActorWorker(TrainableWorker):
     """Trains the policy; owns a rollout engine when `with_rollout` (the hybrid layout)."""
 
     def __init__(self, run: RunConfig, with_rollout: bool = True):
@@ -117,90 +117,6 @@ class ActorWorker(MegatronModelWorker):
         self.train_mode()
         return self._updater().update(batch, step)
 
-    # -- checkpoints ------------------------------------------------------------------------
-    def save_checkpoint(self, iter_dir: str) -> None:
-        """Collective: model shards (reshardable) + this rank's optimizer / RNG state."""
-        import torch.distributed as dist
-
-        from mindrl.checkpoint.mcore_io import McoreCheckpointInfo, megatron_core_version
-        from mindrl.checkpoint.rng_state import RngState
-        from mindrl.checkpoint.train_state import RankTrainState, save_model_shards, save_rank_state
-
-        cfg = self.cfg
-        info = McoreCheckpointInfo(
-            arch=cfg.model,
-            params_dtype=cfg.precision.params_dtype,
-            iteration=None,
-            tensor_parallel_size=cfg.tp,
-            pipeline_parallel_size=cfg.pp,
-            megatron_core_version=megatron_core_version(),
-        )
-        save_model_shards(self.model_chunks, iter_dir, info)
-        opt, updater, ckpt = self._opt(), self._updater(), cfg.ckpt
-        optimizer_state = None
-        if not ckpt.no_save_optim:
-            optimizer_state = self._save_optimizer_state(iter_dir)
-        state = RankTrainState(
-            optimizer=optimizer_state,
-            scheduler=None if ckpt.no_save_optim else opt.scheduler.state_dict(),
-            skipped_updates=updater.skipped_updates,
-            rng=None if ckpt.no_save_rng else RngState.capture(),
-        )
-        save_rank_state(iter_dir, self.info.rank, state)
-        dist.barrier()
-
-    def load_checkpoint(
-        self, iter_dir: str, load_optim: bool = True, load_rng: bool = True
-    ) -> None:
-        from pathlib import Path
-
-        from mindrl.checkpoint.mcore_io import load_mcore_checkpoint
-        from mindrl.checkpoint.train_state import MODEL_DIR, load_rank_state
-
-        load_mcore_checkpoint(self.model_chunks, Path(iter_dir) / MODEL_DIR, arch=self.cfg.model)
-        if not (load_optim or load_rng):
-            return
-        state = load_rank_state(iter_dir, self.info.rank)
-        state.require(load_optim=load_optim, load_rng=load_rng)
-        if load_optim:
-            opt = self._opt()
-            self._load_optimizer_state(iter_dir, state.optimizer)
-            opt.scheduler.load_state_dict(state.scheduler)
-            self._updater().skipped_updates = state.skipped_updates
-        if load_rng and state.rng is not None:
-            state.rng.restore()
-
-    def _save_optimizer_state(self, iter_dir: str) -> dict[str, Any]:
-        """The replicated optimizer's state goes in the rank file; the distributed one's is
-        written (collectively) in parameter space, and the rank file points to it."""
-        from mindrl.checkpoint import distributed_optimizer as dist_optim
-
-        optimizer = self._opt().optimizer
-        if not dist_optim.is_distributed(optimizer):
-            return optimizer.state_dict()
-        dist_optim.save_distributed_optimizer(optimizer, self.model_chunks, iter_dir)
-        return dict(dist_optim.RANK_FILE_MARKER)
-
-    def _load_optimizer_state(self, iter_dir: str, saved: dict[str, Any] | None) -> None:
-        from mindrl.checkpoint import distributed_optimizer as dist_optim
-        from mindrl.checkpoint.errors import CheckpointReadError
-
-        optimizer = self._opt().optimizer
-        in_folder = saved == dist_optim.RANK_FILE_MARKER
-        if dist_optim.is_distributed(optimizer) != in_folder:
-            raise CheckpointReadError(
-                iter_dir,
-                "saved "
-                + ("with" if in_folder else "without")
-                + " the distributed optimizer and resumed "
-                + ("without" if in_folder else "with")
-                + " it: set use_distributed_optimizer as when it was saved, or no_load_optim",
-            )
-        if in_folder:
-            dist_optim.load_distributed_optimizer(optimizer, self.model_chunks, iter_dir)
-        else:
-            optimizer.load_state_dict(saved)
-
     def export_hf(self, out_dir: str, hf_assets_dir: str | None = None) -> str | None:
         from mindrl.checkpoint.online import export_mcore_to_hf
 
@@ -219,20 +135,9 @@ class ActorWorker(MegatronModelWorker):
             self.hybrid = None
         super().shutdown()
 
-    # -- typed access to what init_model built ----------------------------------------------
     def _hybrid(self) -> HybridEngine:
         if self.hybrid is None:
             raise RuntimeError(
                 "this actor holds no rollout engine (rl_config.rollout_resource is set)"
             )
         return self.hybrid
-
-    def _opt(self) -> TrainingOptimizer:
-        if self.opt is None:
-            raise RuntimeError("init_model has not run")
-        return self.opt
-
-    def _updater(self) -> PolicyUpdater:
-        if self.updater is None:
-            raise RuntimeError("init_model has not run")
-        return self.updater

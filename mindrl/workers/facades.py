@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mindrl.workers.actor import ActorWorker
+from mindrl.workers.critic import CriticWorker
 from mindrl.workers.megatron_worker import MegatronModelWorker
 from mindrl.workers.reward import RewardWorker
 from mindrl.workers.rollout import RolloutWorker
@@ -166,3 +167,28 @@ class RewardModelGroup:
 
         chunks = batch.chunks(self.group.world_size)
         return torch.cat(self.group.dispatch(RewardWorker.compute_rm_score, chunks))
+
+
+class CriticGroup:
+    """PPO's value model (critic_config + critic_resource)."""
+
+    def __init__(self, group: WorkerGroup) -> None:
+        self.group = group
+
+    def init_model(self, resume_dir: str | None) -> None:
+        self.group.execute_all(CriticWorker.init_model, resume_dir)
+
+    def values(self, batch: SampleBatch) -> torch.Tensor:
+        """[B, S-1] values of the states before each response token."""
+        import torch
+
+        chunks = batch.chunks(self.group.dp_size)
+        parts = self.group.dispatch_by_dp(CriticWorker.compute_values, chunks)
+        return torch.cat(self.group.collect_by_dp(parts), dim=0)
+
+    def update(self, batch: SampleBatch, step: int) -> dict[str, float]:
+        chunks = batch.chunks(self.group.dp_size)
+        return self.group.dispatch_by_dp(CriticWorker.update, chunks, step)[0]
+
+    def save_checkpoint(self, iter_dir: str) -> None:
+        self.group.execute_all(CriticWorker.save_checkpoint, iter_dir)

@@ -34,7 +34,8 @@ class MegatronModelWorker(Worker):
         # first: MindSpeed's adaptor before any megatron import of this process (on NPU)
         prepare_megatron(os.environ.get("MINDRL_ACCELERATOR", run.runtime.accelerator))
         self.run = run
-        self.cfg: RoleConfig = {"actor": run.actor, "ref": run.ref, "reward": run.reward}[role]  # type: ignore[assignment]
+        roles = {"actor": run.actor, "ref": run.ref, "reward": run.reward, "critic": run.critic}
+        self.cfg: RoleConfig = roles[role]  # type: ignore[assignment]
         self.role = role
         self.model_chunks: list[Any] = []
         self.info: Any = None
@@ -43,7 +44,6 @@ class MegatronModelWorker(Worker):
     def init_model(self, resume_dir: str | None = None) -> dict[str, int]:
         """Join the process group, build this rank's model chunk and load its weights (from
         `resume_dir`, a trainer checkpoint, when resuming)."""
-        from mindrl.models.gpt import build_gpt_model
         from mindrl.models.parallel import init_parallel
         from mindrl.models.scale import transformer_overrides, virtual_pipeline_size
 
@@ -52,6 +52,7 @@ class MegatronModelWorker(Worker):
         self.info = init_parallel(
             cfg.tp,
             cfg.pp,
+            expert_parallel_size=cfg.moe.expert_model_parallel_size,
             virtual_pipeline_size=vpp,
             local_rank=self._visible_device_index(),
             accelerator=self.run.runtime.accelerator,
@@ -60,20 +61,28 @@ class MegatronModelWorker(Worker):
         )
         overrides = transformer_overrides(cfg)
         self.model_chunks = [
-            self.wrap_model(
-                build_gpt_model(
-                    cfg.model,
-                    params_dtype=cfg.precision.params_dtype,
-                    vp_stage=stage,
-                    config_overrides=overrides,
-                ),
-                index,
-            )
+            self.wrap_model(self.build_chunk(stage, overrides), index)
             for index, stage in enumerate([None] if vpp is None else range(vpp))
         ]
         if resume_dir is None:
             self.load_weights()
         return {"rank": self.info.rank, "dp_rank": self.info.dp_rank, "dp_size": self.info.dp_size}
+
+    def model_arch(self) -> Any:
+        """The architecture this role's chunks are built with (checkpoints record it)."""
+        return self.cfg.model
+
+    def build_chunk(self, vp_stage: int | None, overrides: dict[str, Any]) -> Any:
+        """One model chunk at this rank's TP/PP position: the policy's GPT (the critic
+        swaps the output layer for a value head)."""
+        from mindrl.models.gpt import build_gpt_model
+
+        return build_gpt_model(
+            self.model_arch(),
+            params_dtype=self.cfg.precision.params_dtype,
+            vp_stage=vp_stage,
+            config_overrides=overrides,
+        )
 
     def _visible_device_index(self) -> int | None:
         """Ray narrows CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES to this worker's

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from mindrl.config.rl import AlgorithmConfig
 from mindrl.data.batch import SampleBatch, micro_batch_size
-from mindrl.models.optimizer import TrainingOptimizer
+from mindrl.models.moe import moe_loss_metrics
+from mindrl.models.optimizer import TrainingOptimizer, clip_grads_to_norm
 
 if TYPE_CHECKING:
     import torch
@@ -183,7 +184,9 @@ def global_normalizer(response_mask: torch.Tensor, loss_agg_mode: str) -> float:
     return float(total.item())
 
 
-def reduce_loss_metrics(losses: list[dict[str, Any]], n_micro: int) -> dict[str, float]:
+def reduce_loss_metrics(
+    losses: list[dict[str, Any]], n_micro: int, summed: frozenset[str] = SUMMED_LOSS_METRICS
+) -> dict[str, float]:
     """Global values of the loss metrics, identical on every rank of the role.
 
     Loss terms were normalised by the global token / sequence count, so their parts add up
@@ -207,7 +210,7 @@ def reduce_loss_metrics(losses: list[dict[str, Any]], n_micro: int) -> dict[str,
     for i, k in enumerate(keys):
         if losses:
             total = sum(float(m[k]) for m in losses)
-            values[i] = total if k in SUMMED_LOSS_METRICS else total / n_micro
+            values[i] = total if k in summed else total / n_micro
             maxima[i] = max(float(m[k]) for m in losses)
     both = torch.stack([values, maxima])
     if pp_split:
@@ -221,12 +224,15 @@ def reduce_loss_metrics(losses: list[dict[str, Any]], n_micro: int) -> dict[str,
         if k.endswith("_max"):
             out[k] = float(maxima[i])
         else:
-            out[k] = float(values[i]) if k in SUMMED_LOSS_METRICS else float(values[i]) / dp
+            out[k] = float(values[i]) if k in summed else float(values[i]) / dp
     return out
 
 
 class PolicyUpdater:
     """Trains `model_chunks` with `opt` on this DP rank's share of each RL batch."""
+
+    role = "actor"  # metric prefix and log name
+    summed_metrics = SUMMED_LOSS_METRICS
 
     def __init__(
         self,
@@ -256,6 +262,10 @@ class PolicyUpdater:
         """PPO/GRPO epochs over this DP rank's chunk, in mini-batches of micro-batches."""
         import torch
 
+        for chunk in self.model_chunks:
+            # training mode: the log-prob passes leave the chunks in eval, where megatron's
+            # router skips its load-balancing loss (and dropout would be off)
+            chunk.train()
         alg = self.alg
         mini = (alg.mini_batch_samples or batch.size * self.dp_size) // self.dp_size
         sums: dict[str, float] = {}
@@ -273,22 +283,14 @@ class PolicyUpdater:
                     sums[k] = sums.get(k, 0.0) + v
                     counts[k] = counts.get(k, 0) + 1
         out = {k: sums[k] / counts[k] for k in sums}
-        out["actor/skipped_updates"] = float(self.skipped_updates)
+        out[f"{self.role}/skipped_updates"] = float(self.skipped_updates)
         out.update(phases)  # summed over mini-batches
         return out
 
-    def train_mini_batch(self, mini: SampleBatch, phases: dict[str, float]) -> dict[str, float]:
-        """Forward + backward over the micro-batches, then one optimizer step (skipped, and
-        counted, when the loss or the grad norm is not finite)."""
+    def forward_inputs(self, mini: SampleBatch, mbs: int, multiple: int) -> tuple[Any, list[Any]]:
+        """megatron's forward_step_func for this mini-batch and its micro-batches."""
         from megatron.core import parallel_state as ps
-        from megatron.core.pipeline_parallel import get_forward_backward_func
 
-        from mindrl.data.batch import pad_columns_to_multiple
-        from mindrl.models.logprobs import sequence_multiple
-
-        multiple = sequence_multiple(self.model_chunks)
-        mini = pad_columns_to_multiple(mini, multiple)
-        mbs = micro_batch_size(self.micro_batch, mini.size)
         n_micro = mini.size // mbs
         settings = LossSettings(
             loss=grpo_loss_config(self.alg, self.max_tokens),
@@ -302,6 +304,21 @@ class PolicyUpdater:
             UpdateMicroBatch.from_rows(mini.select(list(range(i * mbs, (i + 1) * mbs))), multiple)
             for i in range(n_micro)
         ]
+        return functools.partial(forward_step, settings), micro
+
+    def train_mini_batch(self, mini: SampleBatch, phases: dict[str, float]) -> dict[str, float]:
+        """Forward + backward over the micro-batches, then one optimizer step (skipped, and
+        counted, when the loss or the grad norm is not finite)."""
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        from mindrl.data.batch import pad_columns_to_multiple
+        from mindrl.models.logprobs import sequence_multiple
+
+        multiple = sequence_multiple(self.model_chunks)
+        mini = pad_columns_to_multiple(mini, multiple)
+        mbs = micro_batch_size(self.micro_batch, mini.size)
+        n_micro = mini.size // mbs
+        step_func, micro = self.forward_inputs(mini, mbs, multiple)
         optimizer = self.opt.optimizer
         started = time.perf_counter()
         for chunk in self.model_chunks:
@@ -309,7 +326,7 @@ class PolicyUpdater:
         optimizer.zero_grad()
         chunks = self.model_chunks
         losses = get_forward_backward_func()(
-            forward_step_func=functools.partial(forward_step, settings),
+            forward_step_func=step_func,
             # a virtual pipeline runs every chunk over the same micro-batches
             data_iterator=[iter(micro) for _ in chunks] if len(chunks) > 1 else iter(micro),
             model=chunks if len(chunks) > 1 else chunks[0],
@@ -323,19 +340,23 @@ class PolicyUpdater:
         # megatron's optimizer.step(), split so a non-finite update is never applied
         found_inf = optimizer.prepare_grads()
         grad_norm = float(optimizer.get_grad_norm())
-        out = reduce_loss_metrics(losses, n_micro)
+        out = reduce_loss_metrics(losses, n_micro, self.summed_metrics)
+        out.update(moe_loss_metrics(n_micro, self.role))  # {} unless the model has experts
         finite = math.isfinite(grad_norm) and all(math.isfinite(v) for v in out.values())
+        prefix = "" if self.role == "actor" else f"{self.role}/"
         if found_inf or not finite:
             self.skipped_updates += 1
             optimizer.zero_grad()
-            logger.warning("actor: non-finite loss or grad norm (%s); update skipped", grad_norm)
-            out["grad_norm"] = float("nan")
+            logger.warning(
+                "%s: non-finite loss or grad norm (%s); update skipped", self.role, grad_norm
+            )
+            out[f"{prefix}grad_norm"] = float("nan")
             return out
         if self.clip_grad > 0:
-            optimizer.clip_grad_norm(self.clip_grad)
+            clip_grads_to_norm(optimizer, self.clip_grad, grad_norm)
         optimizer.step_with_ready_grads()
         self.opt.scheduler.step(increment=1)
         phases["timing/update_optimizer"] += time.perf_counter() - started
-        out["grad_norm"] = grad_norm
-        out["actor/lr"] = float(optimizer.param_groups[0]["lr"])
+        out[f"{prefix}grad_norm"] = grad_norm
+        out[f"{self.role}/lr"] = float(optimizer.param_groups[0]["lr"])
         return out

@@ -14,6 +14,7 @@ from tests.fresh_process import ProcessRun, run_process
 
 CLI = ROOT / "cli" / "train_grpo.py"
 DAPO_CLI = ROOT / "cli" / "train_dapo.py"
+PPO_CLI = ROOT / "cli" / "train_ppo.py"
 VOLATILE = ("time", "e2e_tps", "update_tps", "vllm_tps", "reward/score_time_s", "resharding/")
 TRAIN_TIMEOUT_S = 600.0  # one tiny run, Ray and the workers' start-up included
 

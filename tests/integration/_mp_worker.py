@@ -1,7 +1,8 @@
 """One rank of a multi-process megatron-core test, launched on every rank by the
 `fresh_process` fixture (`fresh_process.ranks` / `run_json_ranks`, tests/fresh_process.py).
 
-Arguments: {"tp": int, "pp": int, "steps": [...]}; steps run in order:
+Arguments: {"tp": int, "pp": int, "ep": int (optional, MoE), "steps": [...]}; steps run in
+order:
   {"op": "build", "arch_hf": HF_DIR | "arch_ckpt": MCORE_DIR, "dtype": "fp32"}
   {"op": "load_hf", "dir": HF_DIR}
   {"op": "load_mcore", "dir": MCORE_DIR}
@@ -38,7 +39,9 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     from mindrl.models.parallel import destroy_parallel, init_parallel
 
     torch.set_num_threads(1)
-    info = init_parallel(spec["tp"], spec["pp"], accelerator="cpu", seed=1)
+    info = init_parallel(
+        spec["tp"], spec["pp"], expert_parallel_size=spec.get("ep", 1), accelerator="cpu", seed=1
+    )
     model = arch = None
     done: list[str] = []
     try:

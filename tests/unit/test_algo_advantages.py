@@ -186,6 +186,8 @@ def test_errors() -> None:
     with pytest.raises(ValueError, match="groups of 4"):
         compute_advantages("group_norm", torch.zeros(6), 4, mask)
     with pytest.raises(ValueError, match="unknown adv_estimator"):
+        compute_advantages("vtrace", torch.zeros(6), 2, mask)
+    with pytest.raises(ValueError, match="needs a critic's values"):
         compute_advantages("gae", torch.zeros(6), 2, mask)
     with pytest.raises(ValueError, match="does not match"):
         compute_advantages("rloo", torch.zeros(6), 2, torch.ones(4, 2))

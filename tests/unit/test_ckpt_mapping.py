@@ -46,11 +46,13 @@ def _random_hf(arch: ModelArchConfig, seed: int = 0) -> dict[str, torch.Tensor]:
 
 def test_every_hf_and_mcore_name_appears_once_per_table():
     for family, table in TABLES.items():
+        moe = {"num_experts": 4, "moe_ffn_hidden_size": 8} if family == "qwen3_moe" else {}
         arch = _arch(
             model_type_hf=family,
             add_qkv_bias=family == "qwen2",
-            qk_layernorm=family == "qwen3",
+            qk_layernorm=family in ("qwen3", "qwen3_moe"),
             untie_embeddings_and_output_weights=True,
+            **moe,
         )
         bound = bound_rules(arch)
         mcore = [b.mcore for b in bound]
@@ -58,8 +60,8 @@ def test_every_hf_and_mcore_name_appears_once_per_table():
         assert len(mcore) == len(set(mcore)), family
         assert len(hf) == len(set(hf)), family
         # 9 tensors per layer for llama (q k v o gate up down + 2 norms), + 3 biases for qwen2,
-        # + q/k norms for qwen3
-        per_layer = 9 + {"qwen2": 3, "qwen3": 2}.get(family, 0)
+        # + q/k norms for qwen3; qwen3_moe: a router and 4 x (gate up down) for gate up down
+        per_layer = 9 + {"qwen2": 3, "qwen3": 2, "qwen3_moe": 2 + 1 + 4 * 3 - 3}.get(family, 0)
         assert len(hf) == 3 * per_layer + 3  # + embed, final norm, lm_head
         assert table  # the family has a table
 

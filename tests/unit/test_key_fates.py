@@ -442,16 +442,15 @@ def test_a_dashed_key_is_read_as_mindspeed_does():
 
 REFUSED = [
     ("rl_config.partial_rollout_max_split=2", "partial rollout: not built yet"),
-    ("rl_config.critic_resource.num_npus=1", "PPO critic: not built yet"),
     ("rl_config.share_backbone=true", "LoRA: not built yet"),
     ("rl_config.multi_turn_enable=true", "multi-turn"),
-    ("rl_config.tp_split_expert=true", "MoE / expert parallel: not built yet"),
-    ("generate_config.enable_expert_parallel=true", "MoE / expert parallel: not built yet"),
+    ("rl_config.tp_split_expert=true", "expert-parallel rollout): not built yet"),
+    ("generate_config.enable_expert_parallel=true", "expert-parallel rollout: not built yet"),
     ("generate_config.infer_pipeline_parallel_size=2", "pipeline-parallel rollout"),
     ("megatron_training.context_parallel_size=2", "context parallel is not built yet"),
     ("megatron_training.lora_target_modules=[linear_qkv]", "LoRA: not built yet"),
-    ("megatron_training.stage=ray_ppo", "PPO (stage ray_ppo: critic, GAE): not built yet"),
-    ("megatron_training.stage=ray_foo", "mindrl trains GRPO and DAPO"),
+    ("megatron_training.stage=ray_foo", "mindrl trains GRPO, DAPO and PPO"),
+    ("megatron_training.stage=dpo", "offline DPO (stage dpo): not built yet"),
     ("megatron_training.optimizer=sgd", "only the Adam optimizer is built"),
     ("megatron_training.split='90,10,0'", "train / valid / test split"),
     ("megatron_training.num_layer_list='4,4'", "uneven pipeline stages"),
@@ -496,7 +495,8 @@ def test_refusals_of_model_keys_name_their_feature():
         "max_position_embeddings": 64,
     }
     cases = {
-        "num_experts": (8, "MoE / expert parallel: not built yet"),
+        "n_shared_experts": (2, "shared experts (Qwen2-MoE, DeepSeek-V3): not built yet"),
+        "moe_router_score_function": ("sigmoid", "sigmoid routing (DeepSeek-V3)"),
         "multi_latent_attention": (True, "MLA (DeepSeek-V3"),
         "normalization": ("LayerNorm", "only RMSNorm is built"),
         "position_embedding_type": ("learned_absolute", "only rotary position embeddings"),
@@ -546,11 +546,11 @@ def test_a_handed_key_is_handed_on_its_backend_and_warned_elsewhere(fate_log):
 
 def test_a_mindspeed_section_mindrl_has_no_group_for_warns_once(fate_log):
     assert section_fate("profiler_config", {"profile": False}) is None
-    assert section_fate("critic_config", {}) is None  # empty: nothing to warn about
-    assert section_fate("critic_config", {"lr": 1e-6}) is None
-    assert section_fate("critic_config", {"lr": 1e-6}) is None
-    assert len(_messages(fate_log, "critic_config")) == 1
-    assert "PPO critic is not built yet" in _messages(fate_log, "critic_config")[0]
+    assert section_fate("profiler_config", {}) is None  # empty: nothing to warn about
+    assert section_fate("profiler_config", {"profile": True}) is None
+    assert section_fate("profiler_config", {"profile": True}) is None
+    assert len(_messages(fate_log, "profiler_config")) == 1
+    assert "MindStudio profiling is not built" in _messages(fate_log, "profiler_config")[0]
 
 
 def test_handoffs_of_one_role_name_its_keys():

@@ -238,7 +238,8 @@ def test_llama31_hf_config_round_trips_its_rope_scaling():
         ({**QWEN3_HF, "attention_bias": True}, "attention_bias=true"),
         ({**QWEN3_HF, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "'yarn'"),
         ({**LLAMA31_HF, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "low_freq_factor"),
-        ({**QWEN3_HF, "model_type": "qwen3_moe"}, "qwen3_moe"),
+        ({**QWEN3_HF, "model_type": "qwen2_moe"}, "qwen2_moe"),
+        ({**QWEN3_HF, "model_type": "deepseek_v3"}, "multi-latent attention"),
     ],
 )
 def test_what_is_not_built_is_refused_by_name(config, needle):

@@ -122,6 +122,7 @@ class FakeRoles:
     ref: FakeRef | None
     reward: Any = None
     rollout: Any = None
+    critic: Any = None
 
     @property
     def generator(self):

@@ -1,0 +1,77 @@
+"""Qwen3-MoE's routed experts as megatron-core's MoE layer: the TransformerConfig fields.
+
+Routing: Qwen3-MoE takes the softmax over all experts, keeps the top k and, with
+`norm_topk_prob`, renormalises them to sum to 1, which equals megatron's softmax over the top-k
+logits (`moe_router_pre_softmax=False`); without it, megatron's top-k of the full softmax
+(`moe_router_pre_softmax=True`). Experts are megatron's SequentialMLP (one GEMM per expert,
+`moe_grouped_gemm=False`: no grouped-GEMM kernel on CPU), each split over TP inside its expert
+parallel rank; tokens travel between EP ranks by the alltoall dispatcher (gloo on CPU has
+`all_to_all_single`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mindrl.config.model_arch import MOE_DISPATCHERS, ModelArchConfig
+
+
+def validate_expert_layout(arch: ModelArchConfig, ep: int) -> list[str]:
+    """What stops `ep` ranks from splitting this model's experts (one line each)."""
+    if not arch.is_moe:
+        return [] if ep == 1 else [f"expert_model_parallel_size {ep} needs a MoE model"]
+    if arch.num_experts % ep:  # type: ignore[operator]
+        return [
+            f"--target-expert-parallel-size {ep} does not divide num_experts={arch.num_experts} "
+            "(expert_model_parallel_size must divide it)"
+        ]
+    return []
+
+
+def moe_transformer_kwargs(arch: ModelArchConfig, expert_parallel_size: int) -> dict[str, Any]:
+    """TransformerConfig fields of the MoE layer ({} for a dense model)."""
+    if not arch.is_moe:
+        return {}
+    balance = arch.moe_router_load_balancing_type
+    return dict(
+        num_moe_experts=arch.num_experts,
+        moe_ffn_hidden_size=arch.expert_ffn_hidden_size,
+        moe_router_topk=arch.moe_router_topk,
+        moe_router_pre_softmax=not arch.norm_topk_prob,
+        moe_router_score_function="softmax",
+        moe_router_load_balancing_type=balance,
+        moe_aux_loss_coeff=arch.moe_aux_loss_coeff if balance != "none" else 0.0,
+        moe_z_loss_coeff=arch.moe_z_loss_coeff,
+        moe_token_dispatcher_type=MOE_DISPATCHERS[arch.moe_token_dispatcher_type],
+        moe_grouped_gemm=False,
+        moe_router_dtype="fp32",
+        expert_model_parallel_size=expert_parallel_size,
+        moe_permute_fusion=False,
+        moe_router_fusion=False,
+    )
+
+
+def moe_loss_metrics(n_micro: int, prefix: str = "actor") -> dict[str, float]:
+    """The router losses megatron-core logged during this optimizer step's forwards, reduced
+    as its training loop reduces them (over PP, the router's group and DP) and averaged over
+    layers and micro-batches; the tracker is then cleared. `moe_load_balancing_loss` is the
+    balance loss without its coefficient: 1.0 when tokens spread evenly over the experts,
+    larger the more they crowd. {} for a dense model (no collective then).
+    """
+    from megatron.core.transformer.moe.moe_utils import (
+        clear_aux_losses_tracker,
+        get_moe_layer_wise_logging_tracker,
+        reduce_aux_losses_tracker_across_ranks,
+    )
+
+    tracker = get_moe_layer_wise_logging_tracker()
+    if not tracker:
+        return {}
+    names = sorted(tracker)
+    reduce_aux_losses_tracker_across_ranks(names)
+    out = {}
+    for name in names:
+        values = tracker[name]["values"]
+        out[f"{prefix}/moe_{name}"] = float(values.sum()) / (values.numel() * max(n_micro, 1))
+    clear_aux_losses_tracker()
+    return out

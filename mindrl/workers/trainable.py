@@ -1,0 +1,118 @@
+"""What the trained roles (actor, critic) share on top of a megatron model: an optimizer, an
+updater counting skipped steps, and the per-rank checkpoint (model shards, optimizer,
+scheduler, RNG) that makes resume exact.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mindrl.workers.megatron_worker import MegatronModelWorker
+
+if TYPE_CHECKING:
+    from mindrl.models.optimizer import TrainingOptimizer
+
+
+class CountsSkippedUpdates(Protocol):
+    skipped_updates: int
+
+
+class TrainableWorker(MegatronModelWorker):
+    """A megatron role that trains: `init_model` of a subclass sets `opt` and `updater`."""
+
+    opt: TrainingOptimizer | None = None
+    updater: CountsSkippedUpdates | None = None
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def save_checkpoint(self, iter_dir: str) -> None:
+        """Collective: model shards (reshardable) + this rank's optimizer / RNG state."""
+        import torch.distributed as dist
+
+        from mindrl.checkpoint.mcore_io import McoreCheckpointInfo, megatron_core_version
+        from mindrl.checkpoint.rng_state import RngState
+        from mindrl.checkpoint.train_state import RankTrainState, save_model_shards, save_rank_state
+
+        cfg = self.cfg
+        info = McoreCheckpointInfo(
+            arch=self.model_arch(),
+            params_dtype=cfg.precision.params_dtype,
+            iteration=None,
+            tensor_parallel_size=cfg.tp,
+            pipeline_parallel_size=cfg.pp,
+            megatron_core_version=megatron_core_version(),
+        )
+        save_model_shards(self.model_chunks, iter_dir, info)
+        opt, updater, ckpt = self._opt(), self._updater(), cfg.ckpt
+        optimizer_state = None
+        if not ckpt.no_save_optim:
+            optimizer_state = self._save_optimizer_state(iter_dir)
+        state = RankTrainState(
+            optimizer=optimizer_state,
+            scheduler=None if ckpt.no_save_optim else opt.scheduler.state_dict(),
+            skipped_updates=updater.skipped_updates,
+            rng=None if ckpt.no_save_rng else RngState.capture(),
+        )
+        save_rank_state(iter_dir, self.info.rank, state)
+        dist.barrier()
+
+    def load_checkpoint(
+        self, iter_dir: str, load_optim: bool = True, load_rng: bool = True
+    ) -> None:
+        from pathlib import Path
+
+        from mindrl.checkpoint.mcore_io import load_mcore_checkpoint
+        from mindrl.checkpoint.train_state import MODEL_DIR, load_rank_state
+
+        load_mcore_checkpoint(self.model_chunks, Path(iter_dir) / MODEL_DIR, arch=self.model_arch())
+        if not (load_optim or load_rng):
+            return
+        state = load_rank_state(iter_dir, self.info.rank)
+        state.require(load_optim=load_optim, load_rng=load_rng)
+        if load_optim:
+            opt = self._opt()
+            self._load_optimizer_state(iter_dir, state.optimizer)
+            opt.scheduler.load_state_dict(state.scheduler)
+            self._updater().skipped_updates = state.skipped_updates
+        if load_rng and state.rng is not None:
+            state.rng.restore()
+
+    def _save_optimizer_state(self, iter_dir: str) -> dict[str, Any]:
+        """The replicated optimizer's state goes in the rank file; the distributed one's is
+        written (collectively) in parameter space, and the rank file points to it."""
+        from mindrl.checkpoint import distributed_optimizer as dist_optim
+
+        optimizer = self._opt().optimizer
+        if not dist_optim.is_distributed(optimizer):
+            return optimizer.state_dict()
+        dist_optim.save_distributed_optimizer(optimizer, self.model_chunks, iter_dir)
+        return dict(dist_optim.RANK_FILE_MARKER)
+
+    def _load_optimizer_state(self, iter_dir: str, saved: dict[str, Any] | None) -> None:
+        from mindrl.checkpoint import distributed_optimizer as dist_optim
+        from mindrl.checkpoint.errors import CheckpointReadError
+
+        optimizer = self._opt().optimizer
+        in_folder = saved == dist_optim.RANK_FILE_MARKER
+        if dist_optim.is_distributed(optimizer) != in_folder:
+            raise CheckpointReadError(
+                iter_dir,
+                "saved "
+                + ("with" if in_folder else "without")
+                + " the distributed optimizer and resumed "
+                + ("without" if in_folder else "with")
+                + " it: set use_distributed_optimizer as when it was saved, or no_load_optim",
+            )
+        if in_folder:
+            dist_optim.load_distributed_optimizer(optimizer, self.model_chunks, iter_dir)
+        else:
+            optimizer.load_state_dict(saved)
+
+    def _opt(self) -> TrainingOptimizer:
+        if self.opt is None:
+            raise RuntimeError("init_model has not run")
+        return self.opt
+
+    def _updater(self) -> Any:
+        if self.updater is None:
+            raise RuntimeError("init_model has not run")
+        return self.updater
