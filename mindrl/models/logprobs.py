@@ -158,6 +158,51 @@ def micro_selection(response_mask: torch.Tensor, multiple: int = 1) -> TokenSele
     return replace(selection, seq=seq)
 
 
+def forward_only_schedule(
+    chunks: list[Any], micro_batches: list[Any], step: Any, seq: int, mbs: int
+) -> list[Any]:
+    """megatron's pipeline schedule over `micro_batches` without gradients (a virtual
+    pipeline runs every chunk over the same micro-batches); the last stage's loss outputs."""
+    import torch
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    iterators: Any = (
+        [iter(micro_batches) for _ in chunks] if len(chunks) > 1 else iter(micro_batches)
+    )
+    with torch.no_grad():
+        return get_forward_backward_func()(
+            forward_step_func=step,
+            data_iterator=iterators,
+            model=chunks if len(chunks) > 1 else chunks[0],
+            num_microbatches=len(micro_batches),
+            seq_length=seq,
+            micro_batch_size=mbs,
+            forward_only=True,
+        )
+
+
+def last_stage_output(
+    parts: list[torch.Tensor], shape: tuple[int, ...], device: Any
+) -> torch.Tensor:
+    """The last pipeline stage's per-micro-batch outputs, concatenated, returned on every
+    stage of the pipeline (broadcast from the last; the others pass no `parts`)."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    if ps.is_pipeline_last_stage(ignore_virtual=True):
+        result = torch.cat(parts, dim=0)
+    else:
+        result = torch.empty(shape, dtype=torch.float32, device=device)
+    if ps.get_pipeline_model_parallel_world_size() > 1:
+        dist.broadcast(
+            result,
+            src=ps.get_pipeline_model_parallel_last_rank(),
+            group=ps.get_pipeline_model_parallel_group(),
+        )
+    return result
+
+
 def forward_only(
     model_chunks: Sequence[Any] | Any,
     input_ids: torch.Tensor,
@@ -179,9 +224,6 @@ def forward_only(
     Every rank of the pipeline returns the same tensor (broadcast from the last stage).
     """
     import torch
-    import torch.distributed as dist
-    from megatron.core import parallel_state as ps
-    from megatron.core.pipeline_parallel import get_forward_backward_func
 
     from mindrl.models.token_select import select_tokens, selected_logits
 
@@ -243,28 +285,7 @@ def forward_only(
 
         return out, finish
 
-    iterators: Any = iter(micro_batches)
-    if len(chunks) > 1:
-        iterators = [iter(micro_batches) for _ in chunks]
-    with torch.no_grad():
-        results = get_forward_backward_func()(
-            forward_step_func=step,
-            data_iterator=iterators,
-            model=chunks if len(chunks) > 1 else chunks[0],
-            num_microbatches=len(micro_batches),
-            seq_length=seq,
-            micro_batch_size=mbs,
-            forward_only=True,
-        )
+    results = forward_only_schedule(chunks, micro_batches, step, seq, mbs)
     shape = (batch, seq - 1) if output == "log_probs" else (batch, seq, vocab_size)
-    if ps.is_pipeline_last_stage(ignore_virtual=True):
-        result = torch.cat([r["out"] for r in results], dim=0)
-    else:
-        result = torch.empty(shape, dtype=torch.float32, device=device)
-    if ps.get_pipeline_model_parallel_world_size() > 1:
-        dist.broadcast(
-            result,
-            src=ps.get_pipeline_model_parallel_last_rank(),
-            group=ps.get_pipeline_model_parallel_group(),
-        )
+    result = last_stage_output([r["out"] for r in results], shape, device)
     return result[:, : asked_seq - 1] if output == "log_probs" else result[:, :asked_seq]

@@ -106,12 +106,10 @@ def forward_values(
 ) -> torch.Tensor:
     """[B, S-1] fp32 values of every position, no gradients, through megatron's pipeline
     schedule; every pipeline rank returns the same tensor."""
-    import torch.distributed as dist
-    from megatron.core import parallel_state as ps
-    from megatron.core.pipeline_parallel import get_forward_backward_func
-
     from mindrl.models.logprobs import (
         causal_attention_mask,
+        forward_only_schedule,
+        last_stage_output,
         pad_columns,
         position_ids_from_mask,
         round_up,
@@ -140,25 +138,6 @@ def forward_values(
 
         return out, finish
 
-    iterators: Any = [iter(micro) for _ in chunks] if len(chunks) > 1 else iter(micro)
-    with torch.no_grad():
-        results = get_forward_backward_func()(
-            forward_step_func=step,
-            data_iterator=iterators,
-            model=chunks if len(chunks) > 1 else chunks[0],
-            num_microbatches=len(micro),
-            seq_length=seq,
-            micro_batch_size=micro_batch_size,
-            forward_only=True,
-        )
-    if ps.is_pipeline_last_stage(ignore_virtual=True):
-        result = torch.cat([r["out"] for r in results], dim=0)
-    else:
-        result = torch.empty((batch, seq - 1), dtype=torch.float32, device=device)
-    if ps.get_pipeline_model_parallel_world_size() > 1:
-        dist.broadcast(
-            result,
-            src=ps.get_pipeline_model_parallel_last_rank(),
-            group=ps.get_pipeline_model_parallel_group(),
-        )
+    results = forward_only_schedule(chunks, micro, step, seq, micro_batch_size)
+    result = last_stage_output([r["out"] for r in results], (batch, seq - 1), device)
     return result[:, : asked_seq - 1].cpu()

@@ -50,6 +50,17 @@ def run_train(
     return run_process(cmd, timeout_s=timeout_s, cwd=ROOT, log_dir=log_dir)
 
 
+def checkpoint_of_step(save_dir: Path, step: int, dest: Path) -> Path:
+    """A save folder holding only `save_dir`'s checkpoint of `step` (a resume starts there
+    while the original run's later checkpoints stay untouched)."""
+    import shutil
+
+    name = f"iter_{step:07d}"
+    shutil.copytree(save_dir / name, dest / name)
+    (dest / "latest_checkpointed_iteration.txt").write_text(str(step))
+    return dest
+
+
 def read_metrics(out: Path) -> list[dict]:
     """The run's metrics.jsonl, one dict per record."""
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

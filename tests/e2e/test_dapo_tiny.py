@@ -5,10 +5,9 @@ exactly (the sampler has moved by as many generation batches as each step drew).
 
 from __future__ import annotations
 
-import shutil
 from functools import partial
 
-from tests.e2e._run import DAPO_CLI, comparable, read_metrics
+from tests.e2e._run import DAPO_CLI, checkpoint_of_step, comparable, read_metrics
 from tests.e2e._run import run_train as _run_train
 
 CONFIG = "dapo_tiny_cpu"
@@ -32,9 +31,7 @@ def test_dapo_tiny_learns_with_dynamic_sampling_and_resumes_exactly(tmp_path):
     assert max(m["rollout/logprob_abs_diff"] for m in metrics) < 1e-3
 
     # resume from step 15 into a new folder: steps 16-17 (and their generation rounds) equal
-    step15 = tmp_path / "from15"
-    shutil.copytree(out / "ckpt" / "iter_0000015", step15 / "iter_0000015")
-    (step15 / "latest_checkpointed_iteration.txt").write_text("15")
+    step15 = checkpoint_of_step(out / "ckpt", 15, tmp_path / "from15")
     proc = run_train(
         resumed,
         "megatron_training.seed=7",

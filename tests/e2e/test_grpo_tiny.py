@@ -5,13 +5,12 @@ exactly, and a run with rollout on its own devices must repeat its first steps."
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.e2e._run import ROOT, comparable, read_metrics, run_train
+from tests.e2e._run import ROOT, checkpoint_of_step, comparable, read_metrics, run_train
 from tests.fresh_process import run_process
 
 
@@ -69,9 +68,8 @@ def test_tiny_run_learns_and_writes_its_outputs(learned_run):
 def test_resume_continues_exactly(tmp_path, learned_run):
     """From the shared run's step-20 checkpoint (model, optimizer, sampler, RNG) into a new
     folder: steps 21-22 equal the straight run's."""
-    step20, resumed = tmp_path / "from20", tmp_path / "resumed"
-    shutil.copytree(learned_run / "ckpt" / "iter_0000020", step20 / "iter_0000020")
-    (step20 / "latest_checkpointed_iteration.txt").write_text("20")
+    step20 = checkpoint_of_step(learned_run / "ckpt", 20, tmp_path / "from20")
+    resumed = tmp_path / "resumed"
     proc = run_train(resumed, "actor_config.train_iters=22", f"actor_config.load={step20}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "resuming from" in proc.stderr + proc.stdout

@@ -5,10 +5,9 @@ checkpoint (actor and critic/) continues exactly as the straight run did."""
 
 from __future__ import annotations
 
-import shutil
 from functools import partial
 
-from tests.e2e._run import PPO_CLI, comparable, read_metrics
+from tests.e2e._run import PPO_CLI, checkpoint_of_step, comparable, read_metrics
 from tests.e2e._run import run_train as _run_train
 
 CONFIG = "ppo_tiny_cpu"
@@ -45,9 +44,7 @@ def test_ppo_tiny_learns_and_resumes_exactly(tmp_path):
     assert (straight / "ckpt" / "iter_0000015" / "critic" / "model").is_dir()
 
     # resume from step 15 (actor, critic, sampler, RNG) into a new folder: steps 16-17 equal
-    step15 = tmp_path / "from15"
-    shutil.copytree(straight / "ckpt" / "iter_0000015", step15 / "iter_0000015")
-    (step15 / "latest_checkpointed_iteration.txt").write_text("15")
+    step15 = checkpoint_of_step(straight / "ckpt", 15, tmp_path / "from15")
     proc = run_train(
         resumed,
         *common,
