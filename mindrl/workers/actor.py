@@ -35,21 +35,12 @@ class ActorWorker(TrainableWorker):
         self.hybrid: HybridEngine | None = None
 
     # -- set-up -----------------------------------------------------------------------------
-    def wrap_model(self, model: Any, chunk_index: int) -> Any:
-        from mindrl.models.optimizer import wrap_for_training
-
-        return wrap_for_training(model, self.cfg, chunk_index)
-
     def init_model(self, resume_dir: str | None = None) -> dict[str, int]:
-        from mindrl.accelerator import get_accelerator
-        from mindrl.models.optimizer import build_optimizer
         from mindrl.workers.policy_update import PolicyUpdater
 
         info = super().init_model(resume_dir)
         cfg = self.cfg
-        total = cfg.optim.train_iters * self.run.optimizer_steps_per_rl_step
-        on_cpu = get_accelerator(self.run.runtime.accelerator).is_cpu
-        self.opt = build_optimizer(cfg, self.model_chunks, total, on_cpu=on_cpu)
+        self.opt = self.build_optimizer()
         self.updater = PolicyUpdater(
             self.model_chunks,
             self.opt,
@@ -62,7 +53,7 @@ class ActorWorker(TrainableWorker):
             max_tokens=self.run.generate.sampling_config.max_tokens,
         )
         if resume_dir is not None:
-            self.load_checkpoint(resume_dir, not cfg.ckpt.no_load_optim, not cfg.ckpt.no_load_rng)
+            self.resume_from(resume_dir)
         if self.with_rollout:
             self._build_hybrid_engine()
         return info

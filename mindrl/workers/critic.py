@@ -36,24 +36,15 @@ class CriticWorker(TrainableWorker):
 
         return attach_value_head(super().build_chunk(vp_stage, overrides))
 
-    def wrap_model(self, model: Any, chunk_index: int) -> Any:
-        from mindrl.models.optimizer import wrap_for_training
-
-        return wrap_for_training(model, self.cfg, chunk_index)
-
     def init_model(self, resume_dir: str | None = None) -> dict[str, int]:
         """`resume_dir`: the trainer checkpoint's folder (its critic/ part is read)."""
         from pathlib import Path
 
-        from mindrl.accelerator import get_accelerator
-        from mindrl.models.optimizer import build_optimizer
         from mindrl.workers.value_update import ValueUpdater
 
         info = super().init_model(resume_dir)
         cfg, run = self.cfg, self.run
-        total = cfg.optim.train_iters * run.optimizer_steps_per_rl_step
-        on_cpu = get_accelerator(run.runtime.accelerator).is_cpu
-        self.opt = build_optimizer(cfg, self.model_chunks, total, on_cpu=on_cpu)
+        self.opt = self.build_optimizer()
         self.updater = ValueUpdater(
             self.model_chunks,
             self.opt,
@@ -66,11 +57,7 @@ class CriticWorker(TrainableWorker):
             cliprange_value=run.rl.algorithm.cliprange_value,
         )
         if resume_dir is not None:
-            self.load_checkpoint(
-                str(Path(resume_dir) / CRITIC_DIR),
-                not cfg.ckpt.no_load_optim,
-                not cfg.ckpt.no_load_rng,
-            )
+            self.resume_from(str(Path(resume_dir) / CRITIC_DIR))
         return info
 
     def load_weights(self) -> None:

@@ -23,6 +23,26 @@ class TrainableWorker(MegatronModelWorker):
     opt: TrainingOptimizer | None = None
     updater: CountsSkippedUpdates | None = None
 
+    def wrap_model(self, model: Any, chunk_index: int) -> Any:
+        """Each chunk in megatron's DDP (grad buffers the optimizer steps on)."""
+        from mindrl.models.optimizer import wrap_for_training
+
+        return wrap_for_training(model, self.cfg, chunk_index)
+
+    def build_optimizer(self) -> TrainingOptimizer:
+        """This role's optimizer and LR schedule over the whole run's optimizer steps."""
+        from mindrl.accelerator import get_accelerator
+        from mindrl.models.optimizer import build_optimizer
+
+        total = self.cfg.optim.train_iters * self.run.optimizer_steps_per_rl_step
+        on_cpu = get_accelerator(self.run.runtime.accelerator).is_cpu
+        return build_optimizer(self.cfg, self.model_chunks, total, on_cpu=on_cpu)
+
+    def resume_from(self, iter_dir: str) -> None:
+        """Load a trainer checkpoint's part for this role, optimizer / RNG as the role asks."""
+        ckpt = self.cfg.ckpt
+        self.load_checkpoint(iter_dir, not ckpt.no_load_optim, not ckpt.no_load_rng)
+
     # -- checkpoints ------------------------------------------------------------------------
     def save_checkpoint(self, iter_dir: str) -> None:
         """Collective: model shards (reshardable) + this rank's optimizer / RNG state."""
