@@ -42,6 +42,7 @@ setup(
             "ruff>=0.6",
             "gguf>=0.10",
             "accelerate>=1.0",
+            "peft>=0.17",  # LoRA: tests load mindrl's PEFT adapter export with it
             "reasoning-gym==0.1.25",
             "math-verify>=0.7",
             "wandb>=0.20",  # rl_config.use_wandb (offline runs; tests read the run folder)

@@ -17,6 +17,7 @@ sibling and renamed into place; the tracker is then replaced atomically.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import shutil
 from collections.abc import Sequence
@@ -231,12 +232,35 @@ def _state_dict_keys(n_chunks: int) -> list[str]:
     return ["model"] if n_chunks == 1 else [f"model{i}" for i in range(n_chunks)]
 
 
-def model_sharded_state_dict(model_chunks: Sequence[Any]) -> dict[str, Any]:
+class ModelPart(enum.Enum):
+    """Which tensors a save / load covers: a LoRA model's base and adapters can travel apart
+    (adapter-only step checkpoints; a base checkpoint into a model with adapters)."""
+
+    ALL = "all"
+    BASE = "base"
+    ADAPTERS = "adapters"
+
+    def keeps(self, name: str) -> bool:
+        if self is ModelPart.ALL:
+            return True
+        return name.endswith(_ADAPTER_SUFFIXES) == (self is ModelPart.ADAPTERS)
+
+
+_ADAPTER_SUFFIXES = ("lora_A", "lora_B")
+
+
+def model_sharded_state_dict(
+    model_chunks: Sequence[Any], part: ModelPart = ModelPart.ALL
+) -> dict[str, Any]:
     """{"model": ...} (or model0, model1, ... for virtual pipeline chunks), as megatron does."""
     from mindrl.models.gpt import unwrap_model
 
     return {
-        key: unwrap_model(chunk).sharded_state_dict()
+        key: {
+            name: tensor
+            for name, tensor in unwrap_model(chunk).sharded_state_dict().items()
+            if part.keeps(name)
+        }
         for key, chunk in zip(_state_dict_keys(len(model_chunks)), model_chunks)
     }
 
@@ -365,13 +389,15 @@ def load_mcore_checkpoint(
     *,
     arch: ModelArchConfig | None = None,
     strict: bool = True,
+    part: ModelPart = ModelPart.ALL,
 ) -> McoreCheckpointInfo:
     """Collective: load a checkpoint (root or iteration folder) into the model chunks, at
     whatever TP/PP the chunks were built with. Returns the checkpoint's recorded info.
 
     A missing file raises ``CheckpointReadError``, a truncated or corrupt one
     ``CorruptCheckpointError`` (both name the file); an architecture that does not match
-    ``arch`` raises ``ConversionError``.
+    ``arch`` raises ``ConversionError``. `part` loads only the base or only the LoRA
+    adapters; the rest of the model is left as it is.
     """
     from megatron.core import dist_checkpointing
 
@@ -384,7 +410,7 @@ def load_mcore_checkpoint(
         check_arch_matches(arch, info.arch, str(iter_dir))
     check_dist_checkpoint_files(iter_dir)
     check_dcp_folder(iter_dir)  # its pickled parts hold plain data only
-    request = model_sharded_state_dict(model_chunks)
+    request = model_sharded_state_dict(model_chunks, part)
     try:
         state = dist_checkpointing.load(request, str(iter_dir))
     except checkpoint_errors() as exc:
@@ -392,7 +418,12 @@ def load_mcore_checkpoint(
             iter_dir, f"megatron checkpoint cannot be loaded ({short_reason(exc)})"
         ) from exc
     for key, chunk in zip(_state_dict_keys(len(model_chunks)), model_chunks):
-        unwrap_model(chunk).load_state_dict(state[key], strict=strict)
+        missing, unexpected = unwrap_model(chunk).load_state_dict(state[key], strict=False)
+        missing = [name for name in missing if part.keeps(name)]
+        if strict and (missing or unexpected):
+            raise ConversionError(
+                f"{iter_dir}: model keys missing {missing[:5]}, unexpected {unexpected[:5]}"
+            )
     return info
 
 

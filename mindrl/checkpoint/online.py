@@ -24,6 +24,7 @@ from mindrl.checkpoint.hf_io import (
     write_hf_config,
 )
 from mindrl.checkpoint.mapping import BoundRule, Split, bound_rules, hf_output_plan, te_name
+from mindrl.checkpoint.mcore_io import ModelPart
 from mindrl.checkpoint.transforms import hf_to_mcore_pieces, mcore_to_hf
 from mindrl.config.model_arch import ModelArchConfig
 from mindrl.models.dtypes import dtype_long_name, torch_dtype
@@ -137,7 +138,11 @@ def load_hf_into_mcore(
                 pieces = hf_to_mcore_pieces(bound, reader, arch, tp_rank, tp_size)
                 _copy_pieces(param, pieces, bound)
                 filled.add(name)
-            missing = [n for n in params if n not in filled and not n.startswith(unmapped)]
+            missing = [
+                n
+                for n in params
+                if n not in filled and not n.startswith(unmapped) and ModelPart.BASE.keeps(n)
+            ]  # LoRA adapters are not in a base checkpoint
             if strict and missing:
                 raise ConversionError(
                     f"HF checkpoint {hf_dir} leaves model parameters unset: {missing}"
@@ -198,7 +203,11 @@ def local_params_by_global_name(
 
 
 def iter_hf_tensors(
-    model_chunks: Sequence[Any] | Any, arch: ModelArchConfig, *, to_tp_rank0_only: bool = True
+    model_chunks: Sequence[Any] | Any,
+    arch: ModelArchConfig,
+    *,
+    to_tp_rank0_only: bool = True,
+    rules: Sequence[BoundRule] | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Collective over the model's ranks: yield (HF name, full tensor), one parameter at a
     time, on the first TP rank of the first pipeline stage of every data-parallel replica
@@ -207,7 +216,8 @@ def iter_hf_tensors(
     TP shards are merged by the mapping table (fused QKV / gate-up split, vocab padding
     dropped); an expert reaches every expert-parallel rank of its stage from the rank that
     holds it; a stage's tensors reach stage 0 over the pipeline group. Used for the HF export
-    and for streaming weights into rollout engines.
+    and for streaming weights into rollout engines; `rules` (default: the model's weights)
+    lets the PEFT export walk the LoRA factors the same way.
     """
     import torch
     import torch.distributed as dist
@@ -236,7 +246,7 @@ def iter_hf_tensors(
             for name, shape in zip(bound.hf, bound.hf_shapes)
         }
 
-    for bound in bound_rules(arch):
+    for bound in bound_rules(arch) if rules is None else rules:
         owner = _owner_stage(bound, stage_layers)
         tensors: dict[str, torch.Tensor] | None = None
         if pp_rank == owner:
@@ -317,6 +327,15 @@ def export_mcore_to_hf(
     return out_dir if rank == 0 else None
 
 
+def _effective_weight(param: Any) -> torch.Tensor:
+    """LoRA layers export their merged weight (the rollout engine runs the adapted model)."""
+    if getattr(param, "lora_owner", None) is None:
+        return param.detach()
+    from mindrl.models.lora import effective_weight
+
+    return effective_weight(param)
+
+
 def _gather_to_hf(
     bound: BoundRule,
     params: dict[str, Any],
@@ -332,7 +351,7 @@ def _gather_to_hf(
     found = _find_param(params, bound.mcore)
     if found is None:
         raise ConversionError(f"model has no parameter {bound.mcore} on its owning stage")
-    local = found[1].detach().contiguous()
+    local = _effective_weight(found[1]).contiguous()
     if bound.split is Split.REPLICATED or tp_size == 1:
         shards = [local]
     else:

@@ -125,17 +125,21 @@ def verify_rank_states(iter_dir: str | Path) -> int:
     return len(files)
 
 
-def save_model_shards(model_chunks: list[Any], iter_dir: str | Path, info: Any) -> None:
-    """Collective: every rank writes its shards of the model into ITER/model/."""
+def save_model_shards(
+    model_chunks: list[Any], iter_dir: str | Path, info: Any, part: Any = None
+) -> None:
+    """Collective: every rank writes its shards of the model (or of `part` of it, a
+    `ModelPart`) into ITER/model/."""
     import torch.distributed as dist
     from megatron.core import dist_checkpointing
 
-    from mindrl.checkpoint.mcore_io import META_FILE, model_sharded_state_dict
+    from mindrl.checkpoint.mcore_io import META_FILE, ModelPart, model_sharded_state_dict
 
     model_dir = Path(iter_dir) / MODEL_DIR
     if dist.get_rank() == 0:
         model_dir.mkdir(parents=True, exist_ok=True)
     dist.barrier()
-    dist_checkpointing.save(model_sharded_state_dict(model_chunks), str(model_dir))
+    request = model_sharded_state_dict(model_chunks, part or ModelPart.ALL)
+    dist_checkpointing.save(request, str(model_dir))
     if dist.get_rank() == 0:
         (model_dir / META_FILE).write_text(info.to_json())

@@ -23,6 +23,18 @@ class RoleLayout:
     tp: int
     pp: int
     dp: int
+    ep: int = 1  # expert_model_parallel_size (MoE)
+
+    @property
+    def expert_dp(self) -> int:
+        """megatron's expert data-parallel size, DP / EP (experts split over TP like the dense
+        layers: expert_tensor_parallel_size = TP); 0 when EP does not divide DP."""
+        return self.dp // self.ep if self.dp % self.ep == 0 else 0
+
+    def describe(self) -> str:
+        """`actor    devices=2 TP=1 PP=1 DP=2`, with `EP=2 expert-DP=1` for expert parallel."""
+        line = f"{self.role:<8} devices={self.num_devices} TP={self.tp} PP={self.pp} DP={self.dp}"
+        return line + (f" EP={self.ep} expert-DP={self.expert_dp}" if self.ep > 1 else "")
 
 
 @dataclass(frozen=True)
@@ -86,15 +98,13 @@ class PlacementPlan:
             lines.append(
                 f"  group {g.name}: {g.num_devices} device(s), {g.strategy}, bundle {{{bundle}}}"
             )
-            for r in g.roles:
-                lines.append(
-                    f"    {r.role:<8} devices={r.num_devices} TP={r.tp} PP={r.pp} DP={r.dp}"
-                )
+            lines.extend(f"    {r.describe()}" for r in g.roles)
         return "\n".join(lines)
 
 
 def _layout(role: RoleConfig) -> RoleLayout:
-    return RoleLayout(role.role, role.num_devices, role.tp, role.pp, role.dp)
+    ep = role.moe.expert_model_parallel_size
+    return RoleLayout(role.role, role.num_devices, role.tp, role.pp, role.dp, ep)
 
 
 def plan_placement(
@@ -110,7 +120,8 @@ def plan_placement(
         sets.append(run.roles)
     else:
         with_actor = res.colocate_actor_ref or res.use_integrated_worker
-        first = [run.actor] + ([run.ref] if with_actor and run.ref else [])
+        own_ref = run.ref if run.ref is not None and not run.shares_backbone else None
+        first = [run.actor] + ([own_ref] if with_actor and own_ref is not None else [])
         sets.append(first)
         sets.extend([r] for r in run.roles if all(r is not x for x in first))
     groups = []

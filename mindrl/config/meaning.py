@@ -54,7 +54,9 @@ def meaning_lines(run: RunConfig) -> list[str]:
     if notice:
         lines.append(notice)
     ref = "none"
-    if run.ref is not None:
+    if run.shares_backbone:
+        ref = "the actor's base model with its LoRA adapters off (share_backbone; no copy)"
+    elif run.ref is not None:
         ref = (
             "built from actor_config (integrated worker), on the actor's devices"
             if run.rl.resources.use_integrated_worker

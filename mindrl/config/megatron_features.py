@@ -1,7 +1,7 @@
 """Megatron / MindSpeed model and parallelism keys of features mindrl has not built.
 
 MindSpeed-RL model and training YAMLs carry them (DeepSeek's MoE variants, MLA, YaRN RoPE
-scaling, LoRA, custom layer specs). Each is accepted at its MindSpeed-RL default and refused with the missing
+scaling, custom layer specs). Each is accepted at its MindSpeed-RL default and refused with the missing
 feature's name otherwise, so such a YAML fails at config time instead of training a different
 model. (Qwen3's `qk_layernorm`, llama3 RoPE scaling and Qwen3-MoE's experts are built: they
 are `ModelArchConfig` fields; `expert_model_parallel_size` is honoured here.)
@@ -19,7 +19,6 @@ DENSE_LAYERS = refused("dense layers among MoE layers (DeepSeek-V3): not built y
 GROUPED_ROUTING = refused("DeepSeek-V3's grouped / biased / scaled routing: not built yet")
 MLA = refused("MLA (DeepSeek-V3 multi-latent attention): not built yet")
 ROPE_SCALING = refused("YaRN RoPE scaling: not built yet (llama3 scaling is)")
-LORA = refused("LoRA: not built yet")
 
 
 @dataclass(frozen=True)
@@ -98,21 +97,51 @@ class RopeScalingConfig:
     rope_scaling_mscale_all_dim: float = spec(0.0, fate=ROPE_SCALING)
 
 
+LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+
+
 @dataclass(frozen=True)
 class LoRAConfig:
-    """Low-rank adapters (MindSpeed-LLM's LoRA keys)."""
+    """Low-rank adapters (MindSpeed-LLM's LoRA keys; `mindrl/models/lora.py`): on when
+    `lora_target_modules` names megatron linears. Rules: `config/lora.py`."""
 
-    lora_target_modules: tuple[str, ...] | str | None = spec(None, fate=LORA)
-    lora_r: int = spec(8, fate=LORA)
-    lora_alpha: int = spec(16, fate=LORA)
-    lora_fusion: bool = spec(False, fate=LORA)
-    lora_ckpt_filter: bool = spec(False, fate=LORA)
+    lora_target_modules: tuple[str, ...] | str | None = spec(
+        None, help=f"megatron linears that get adapters, of {', '.join(LORA_TARGETS)}"
+    )
+    lora_r: int = spec(8, ge=1, help="adapter rank")
+    lora_alpha: float = spec(16, help="adapter scale numerator: the update is alpha / r * B A")
+    lora_fusion: bool = spec(
+        False,
+        fate=no_effect(
+            "CCLoRA overlaps the adapters' TP communication with compute on NPU; the "
+            "adapters compute the same without it"
+        ),
+    )
+    lora_ckpt_filter: bool = spec(
+        False,
+        help="step checkpoints hold the adapters only; resume reloads the base from load",
+    )
     pretrained_checkpoint: str | None = spec(
         None,
         fate=refused(
             "LoRA's base weights (pretrained_checkpoint): not built yet; give them as load"
         ),
     )
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        value = self.lora_target_modules
+        if not value:
+            return ()
+        return (value,) if isinstance(value, str) else tuple(value)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.targets)
+
+    @property
+    def scale(self) -> float:
+        return self.lora_alpha / self.lora_r
 
 
 @dataclass(frozen=True)

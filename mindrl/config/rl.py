@@ -250,7 +250,11 @@ class ResourceConfig:
             "loads actor_config.load)"
         ),
     )
-    share_backbone: bool = spec(False, fate=refused("LoRA: not built yet"))
+    share_backbone: bool = spec(
+        False,
+        help="with LoRA: the reference is the actor's own model with its adapters off (no "
+        "second copy of the weights, no reference processes)",
+    )
     colocate_actor_ref: bool = False
     colocate_all_models: bool = False
     use_integrated_worker: bool = spec(

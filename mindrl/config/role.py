@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mindrl.config.fates import MINDSPEED, handed, no_effect, refused
+from mindrl.config.fates import MINDSPEED, handed, honoured, no_effect, refused
 from mindrl.config.fields import spec
 from mindrl.config.megatron_features import (
     LayerVariantConfig,
@@ -66,7 +66,10 @@ class ParallelConfig:
         "num_layers / (PP x this) chunks",
     )
     num_layer_list: str | int | None = spec(
-        None, fate=refused("uneven pipeline stages (num_layer_list): not built yet")
+        None,
+        fate=honoured("ParallelConfig.pipeline_model_parallel_size"),
+        help="layers per pipeline stage: accepted when it is the even split megatron builds "
+        "(num_layers / PP each); uneven stages are refused (not built)",
     )
     noop_layers: str | int | None = spec(None, fate=refused("noop layers: not built yet"))
     use_tp_pp_dp_mapping: bool = spec(

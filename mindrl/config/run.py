@@ -79,7 +79,15 @@ class RunConfig:
 
     @property
     def roles(self) -> list[RoleConfig]:
-        return [r for r in (self.actor, self.ref, self.reward, self.critic) if r is not None]
+        """The roles that run processes of their own (a shared-backbone reference runs in
+        the actor's)."""
+        ref = None if self.shares_backbone else self.ref
+        return [r for r in (self.actor, ref, self.reward, self.critic) if r is not None]
+
+    @property
+    def shares_backbone(self) -> bool:
+        """The reference is the actor's LoRA base (rl_config.share_backbone)."""
+        return self.ref is not None and self.rl.resources.share_backbone and self.actor.lora.enabled
 
     @property
     def output_dir(self) -> str:

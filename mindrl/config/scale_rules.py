@@ -9,7 +9,27 @@ from mindrl.config.role import ROLE_NAMES, RoleConfig
 
 def scale_problems(role: RoleConfig) -> list[str]:
     sec = ROLE_NAMES[role.role]
-    return [f"{sec}.{p}" for p in (*_virtual_pipeline(role), *_recompute(role), *_overlap(role))]
+    problems = (*_stage_layers(role), *_virtual_pipeline(role), *_recompute(role), *_overlap(role))
+    return [f"{sec}.{p}" for p in problems]
+
+
+def _stage_layers(role: RoleConfig) -> list[str]:
+    """MindSpeed's `num_layer_list` ("16,16,16,16"): the even split is what megatron builds
+    anyway; any other split is refused by name."""
+    listed = role.parallel.num_layer_list
+    if listed is None:
+        return []
+    try:
+        counts = [int(part) for part in str(listed).split(",")]
+    except ValueError:
+        return [f"num_layer_list: {listed!r} is not a comma-separated list of layer counts"]
+    layers, pp = role.model.num_layers, role.pp
+    if len(counts) == pp and sum(counts) == layers and len(set(counts)) == 1:
+        return []
+    return [
+        f"num_layer_list: {listed} is refused: uneven pipeline stages (num_layer_list): not "
+        f"built yet; mindrl builds num_layers / PP = {layers} / {pp} layers on every stage"
+    ]
 
 
 def _virtual_pipeline(role: RoleConfig) -> list[str]:

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from megatron.core.models.gpt import GPTModel
     from megatron.core.transformer.transformer_config import TransformerConfig
 
+    from mindrl.config.megatron_features import LoRAConfig
+
 
 def te_available() -> bool:
     return importlib.util.find_spec("transformer_engine") is not None
@@ -134,10 +136,14 @@ def transformer_config_from_arch(
 
 
 def layer_spec(
-    config: TransformerConfig, use_te: bool | None = None, vp_stage: int | None = None
+    config: TransformerConfig,
+    use_te: bool | None = None,
+    vp_stage: int | None = None,
+    lora: LoRAConfig | None = None,
 ) -> Any:
     """The TE layer spec where transformer_engine is installed (or use_te=True), else local.
 
+    `lora` swaps the target linears for their LoRA variants (`models/lora.py`).
     Under sequence parallelism the local spec's torch norms are swapped for
     `SequenceParallelTorchNorm` (megatron's own refuses SP), in every layer of this rank's
     chunk and in the block's final norm.
@@ -148,14 +154,24 @@ def layer_spec(
         use_te = te_available()
     moe = {"num_experts": config.num_moe_experts, "moe_grouped_gemm": False}
     if use_te:
-        return specs.get_gpt_layer_with_transformer_engine_spec(
+        spec = specs.get_gpt_layer_with_transformer_engine_spec(
             qk_layernorm=config.qk_layernorm, **moe
         )
+        if lora is not None:
+            raise ValueError(
+                "LoRA with Transformer Engine's fused norm + linear layers is not built "
+                "(mindrl's adapters wrap megatron's local linear layers)"
+            )
+        return spec
     fn = specs.get_gpt_layer_local_spec
     if "normalization" in inspect.signature(fn).parameters:
         spec = fn(qk_layernorm=config.qk_layernorm, normalization=config.normalization, **moe)
     else:
         spec = fn(qk_layernorm=config.qk_layernorm, **moe)
+    if lora is not None:
+        from mindrl.models.lora import lora_layer_spec
+
+        spec = lora_layer_spec(spec, lora)
     if not config.sequence_parallel:
         return spec
     from megatron.core.transformer.transformer_block import (
@@ -190,6 +206,7 @@ def build_gpt_model(
     perform_initialization: bool = True,
     meta_device: bool = False,
     config_overrides: Mapping[str, Any] | None = None,
+    lora: LoRAConfig | None = None,
 ) -> GPTModel:
     """One GPTModel chunk for this rank's TP/PP position (parallel_state must be initialised).
 
@@ -228,7 +245,7 @@ def build_gpt_model(
     post_process = last if post_process is None else post_process
     kwargs: dict[str, Any] = dict(
         config=config,
-        transformer_layer_spec=layer_spec(config, use_te, vp_stage),
+        transformer_layer_spec=layer_spec(config, use_te, vp_stage, lora),
         vocab_size=arch.padded_vocab_size(tp),
         max_sequence_length=arch.max_position_embeddings,
         pre_process=pre_process,

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mindrl.config.generate import GenerateConfig
 from mindrl.config.model_arch import ModelArchConfig
 from mindrl.planning.params import model_params
 from mindrl.planning.shapes import DTYPE_BYTES, Lengths
+
+if TYPE_CHECKING:
+    from mindrl.rollout import BackendChoice
 
 GIB = float(1 << 30)
 DEVICE_MEMORY_GIB = {"npu": 64.0, "cuda": 80.0}  # Ascend 910B, H100
@@ -70,6 +74,8 @@ class EngineMemory:
     kv_cache: float
     sleeps: bool  # frees its memory outside rollout
     kv_bytes_per_token: float
+    warning: str = ""  # the run's word on its choice of engine (`auto` fell back)
+    refusal: str = ""  # the run refuses the requested engine for this model
 
     @property
     def total(self) -> float:
@@ -80,16 +86,18 @@ class EngineMemory:
         return int(self.kv_cache // self.kv_bytes_per_token) if self.kv_bytes_per_token else 0
 
 
-def engine_backend(gen: GenerateConfig, backend: str) -> str:
-    """What `rollout_backend: auto` builds: vLLM on NPU / GPU (the cluster's install is not
-    visible from where the plan is made), on CPU what this machine has."""
-    if gen.rollout_backend != "auto":
-        return gen.rollout_backend
-    if backend != "cpu":
-        return "vllm"
-    from mindrl.rollout import vllm_usable  # checks the install without importing vllm
+def engine_backend(gen: GenerateConfig, backend: str, moe: bool = False) -> BackendChoice:
+    """The engine the run builds for this model. `rollout_backend: auto` resolves to vLLM on
+    NPU / GPU (the cluster's install is not visible from where the plan is made), on CPU to
+    what this machine has; then the engine builder's own rule for the model decides
+    (`model_rollout_backend`: a MoE model rolls out on the HF engine on CPU)."""
+    # both check the install without importing vllm
+    from mindrl.rollout import model_rollout_backend, vllm_usable
 
-    return "vllm" if vllm_usable("cpu")[0] else "hf"
+    kind = gen.rollout_backend
+    if kind == "auto":
+        kind = "vllm" if backend != "cpu" or vllm_usable("cpu")[0] else "hf"
+    return model_rollout_backend(kind, gen.rollout_backend, backend, moe)
 
 
 def engine_memory(
@@ -101,7 +109,9 @@ def engine_memory(
     train_dtype: str,
 ) -> EngineMemory:
     """One device's share of the engine (`dtype: auto` is planned as the trained dtype)."""
-    kind = engine_backend(gen, backend)
+    choice = engine_backend(gen, backend, arch.is_moe)
+    said = {"warning": choice.warning, "refusal": choice.refusal}
+    kind = choice.backend
     dtype = DTYPE_BYTES.get(gen.dtype, DTYPE_BYTES[train_dtype])
     tp = 1 if kind == "hf" else gen.infer_tensor_parallel_size
     kv_heads = max(1, arch.num_kv_heads // tp)  # vLLM replicates kv heads when TP > kv heads
@@ -110,11 +120,12 @@ def engine_memory(
     if kind == "hf":
         logits = gen.max_num_seqs * arch.vocab_size * 4  # one decode step's fp32 logits
         kv = gen.max_num_seqs * lengths.seq * per_token + logits
-        return EngineMemory(kind, weights, kv, backend != "cpu", per_token)
+        return EngineMemory(kind, weights, kv, backend != "cpu", per_token, **said)
     if backend == "cpu":
-        return EngineMemory(kind, weights, gen.cpu_kvcache_space_gb * GIB, False, per_token)
+        kv = gen.cpu_kvcache_space_gb * GIB
+        return EngineMemory(kind, weights, kv, False, per_token, **said)
     share = gen.gpu_memory_utilization * device.bytes
-    return EngineMemory(kind, weights, max(share - weights, 0.0), True, per_token)
+    return EngineMemory(kind, weights, max(share - weights, 0.0), True, per_token, **said)
 
 
 def engine_problems(engine: EngineMemory, gen: GenerateConfig, where: str) -> list[str]:

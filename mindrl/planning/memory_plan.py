@@ -31,6 +31,7 @@ WARN_FRACTION = 0.9
 # memory through these alone is a warning; over it without them is a refusal
 LENGTH_BOUND = ("activations", "logits", "masks")
 MAX_KNOBS_SHOWN = 4
+ENGINE_NAMES = {"vllm": "vLLM", "hf": "HF engine"}
 
 
 @dataclass(frozen=True)
@@ -49,10 +50,11 @@ def _gib(b: float) -> str:
 
 
 def _parts(parts: Parts, notes: dict[str, str] | None = None) -> str:
-    """`params 2.0 GiB + grads 4.1 + ...`: parts under 0.05 GiB left out, `notes` after a
-    part's number."""
+    """`params 2.0 GiB + grads 4.1 + ...`: parts under 0.05 GiB left out (not the params,
+    kept and engine parts: which engine is planned is worth a line), `notes` after a part's
+    number."""
     notes = notes or {}
-    shown = [(n, b) for n, b in parts if b >= 0.05 * GIB or n in ("params", "kept")]
+    shown = [(n, b) for n, b in parts if b >= 0.05 * GIB or n in ("params", "kept", "engine")]
     if not shown:
         return "0.0 GiB"
     texts = []
@@ -72,7 +74,8 @@ def _engine_note(plan: CorePlan) -> str:
     if e is None:
         return ""
     kv = f"{e.kv_tokens / 1000:.0f}k tokens" if e.kv_tokens >= 1000 else f"{e.kv_tokens} tokens"
-    return f"weights {_gib(e.weights)} + KV cache {_gib(e.kv_cache)}, {kv}"
+    name = ENGINE_NAMES.get(e.backend, e.backend)
+    return f"{name}: weights {_gib(e.weights)} + KV cache {_gib(e.kv_cache)}, {kv}"
 
 
 def _who(role: RolePlan, stage: int) -> str:
@@ -232,4 +235,7 @@ def plan_memory(run: RunConfig, backend: str) -> MemoryPlan:
     else:
         more, warnings = _device_checks(run, plan)
     problems.extend(more)
+    if plan.engine is not None:  # what the engine builder will say about its choice
+        problems.extend([plan.engine.refusal] if plan.engine.refusal else [])
+        warnings.extend([plan.engine.warning] if plan.engine.warning else [])
     return MemoryPlan(plan, tuple(problems), tuple(warnings), tuple(ignored_settings(run, backend)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mindrl.config.megatron_features import LoRAConfig
 from mindrl.config.model_arch import ModelArchConfig
 
 
@@ -34,6 +35,22 @@ def layer_params(arch: ModelArchConfig, tp: int = 1, ep: int = 1) -> int:
         return qkv + proj + fc1 + fc2 + norms
     router = arch.num_experts * h
     return qkv + proj + norms + router + arch.num_experts // ep * (fc1 + fc2)
+
+
+def lora_layer_params(arch: ModelArchConfig, lora: LoRAConfig, tp: int = 1) -> int:
+    """One layer's LoRA adapter elements on one TP rank (`models/lora.py`'s split): column
+    layers hold A whole and B split, row layers A split and B whole."""
+    h, d, r = arch.hidden_size, arch.head_dim, lora.lora_r
+    q, kv = arch.num_attention_heads * d, arch.num_kv_heads * d
+    ffn = arch.ffn_hidden_size
+    ffn_out = 2 * ffn if arch.swiglu else ffn
+    sizes = {
+        "linear_qkv": r * h + (q + 2 * kv) // tp * r,
+        "linear_proj": r * q // tp + h * r,
+        "linear_fc1": r * h + ffn_out // tp * r,
+        "linear_fc2": r * ffn // tp + h * r,
+    }
+    return sum(sizes[t] for t in lora.targets if t in sizes)
 
 
 def embedding_params(arch: ModelArchConfig, tp: int = 1) -> int:

@@ -36,7 +36,7 @@ from mindrl.planning.engine import (
     device_memory,
     engine_memory,
 )
-from mindrl.planning.params import model_params, stage_params
+from mindrl.planning.params import lora_layer_params, model_params, stage_params
 from mindrl.planning.shapes import DTYPE_BYTES, Lengths, RoleShape, role_shape
 
 PROCESS_GIB = 0.45  # a megatron worker's RSS before its model is built (torch 2.13, CPU)
@@ -147,6 +147,16 @@ def _n_micro(run: RunConfig, shape: RoleShape) -> int:
     return max(1, mini // shape.dp // shape.micro_batch)
 
 
+def stage_elements(run: RunConfig, shape: RoleShape, stage: int) -> tuple[int, int]:
+    """(held, trained) parameters of one rank of a trained role's pipeline stage: with LoRA
+    the actor holds base + adapters and trains (grads, optimizer state) the adapters only."""
+    base = stage_params(shape.arch, shape.tp, shape.pp, stage, shape.ep)
+    if shape.role != "actor" or not run.actor.lora.enabled:
+        return base.total, base.total
+    adapters = base.layers * lora_layer_params(shape.arch, run.actor.lora, shape.tp)
+    return base.total + adapters, adapters
+
+
 def actor_ranks(
     run: RunConfig, shape: RoleShape, lengths: Lengths, backend: str, engine: EngineMemory | None
 ) -> tuple[RankPlan, ...]:
@@ -158,11 +168,11 @@ def actor_ranks(
     seq, cpu = lengths.seq, backend == "cpu"
     out = []
     for stage in range(shape.pp):
-        n = stage_params(shape.arch, shape.tp, shape.pp, stage, shape.ep).total
+        n, trained = stage_elements(run, shape, stage)
         state: Parts = (
             ("params", n * dtype),
-            ("grads", n * GRAD_BYTES),
-            ("optimizer", n * opt_bytes),
+            ("grads", trained * GRAD_BYTES),
+            ("optimizer", trained * opt_bytes),
         )
         acts = stage_activations(shape, seq, stage, n_micro)
         train = [*state, ("activations", acts.total)]
@@ -285,12 +295,11 @@ def build_plan(run: RunConfig, backend: str) -> CorePlan:
     if hybrid and engine.sleeps:
         shape = actor.shape
         master = MASTER_BYTES if DTYPE_BYTES[shape.params_dtype] < 4 else 0
-        per_param = DTYPE_BYTES[shape.params_dtype] + GRAD_BYTES
-        per_param += master / (shape.dp if shape.distributed_optimizer else 1)
-        n = max(
-            stage_params(shape.arch, shape.tp, shape.pp, s, shape.ep).total for s in range(shape.pp)
+        per_trained = GRAD_BYTES + master / (shape.dp if shape.distributed_optimizer else 1)
+        start = engine.total + max(
+            held * DTYPE_BYTES[shape.params_dtype] + trained * per_trained
+            for held, trained in (stage_elements(run, shape, s) for s in range(shape.pp))
         )
-        start = n * per_param + engine.total
     processes, host = 0, 0.0
     if backend == "cpu":
         for plan in plans.values():

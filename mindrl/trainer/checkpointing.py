@@ -124,8 +124,14 @@ class CheckpointWriter:
 
 
 def export_final(run: RunConfig, actor: ActorGroup) -> Path:
-    """The final actor as an HF folder beside the checkpoints (or in the output dir)."""
-    target = Path(run.actor.ckpt.save or run.output_dir) / "hf_final"
+    """The final actor as an HF folder beside the checkpoints (or in the output dir); with
+    LoRA that is the merged model, and the adapters go beside it as a PEFT folder."""
+    root = Path(run.actor.ckpt.save or run.output_dir)
+    target = root / "hf_final"
     actor.export_hf(str(target), run.actor.data.tokenizer_name_or_path)
     logger.info("final actor exported to %s", target)
+    if run.actor.lora.enabled:
+        adapter = root / "hf_final_adapter"
+        actor.export_peft(str(adapter))
+        logger.info("final LoRA adapters exported to %s (PEFT)", adapter)
     return target

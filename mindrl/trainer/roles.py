@@ -23,6 +23,7 @@ from mindrl.workers.facades import (
     RewardModelGroup,
     RolloutGenerator,
     RolloutGroup,
+    SharedBackboneReference,
 )
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class Roles:
     """The run's role facades; `generator` is whichever of them generates."""
 
     actor: ActorGroup
-    ref: ReferenceGroup | None
+    ref: ReferenceGroup | SharedBackboneReference | None
     reward: RewardModelGroup | None  # a reward model (reward_config + reward_resource)
     rollout: RolloutGroup | None  # when rollout has its own devices
     groups: list[WorkerGroup]
@@ -129,9 +130,15 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
         shutdown_groups(list(groups.values()), pgs)
         raise
     ref, reward, rollout, critic = (groups.get(r) for r in ("ref", "reward", "rollout", "critic"))
+    actor = ActorGroup(groups["actor"])
+    reference: ReferenceGroup | SharedBackboneReference | None = None
+    if ref is not None:
+        reference = ReferenceGroup(ref)
+    elif run.shares_backbone:
+        reference = SharedBackboneReference(actor)
     return Roles(
-        actor=ActorGroup(groups["actor"]),
-        ref=ReferenceGroup(ref) if ref is not None else None,
+        actor=actor,
+        ref=reference,
         reward=RewardModelGroup(reward) if reward is not None else None,
         rollout=RolloutGroup(rollout) if rollout is not None else None,
         groups=list(groups.values()),

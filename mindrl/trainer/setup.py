@@ -118,7 +118,17 @@ def restore_driver_state(
 
 def start_models(run: RunConfig, roles: Roles, resume: ResumePoint | None) -> None:
     """Every role's model on its ranks; the rollout engines, then their first weights."""
-    roles.actor.init_model(str(resume.iter_dir) if resume else None)
+    info = roles.actor.init_model(str(resume.iter_dir) if resume else None)
+    if run.actor.lora.enabled:
+        trainable, total = info["trainable_params"], info["total_params"]
+        logger.info(
+            "trainable parameters: %d of %d (%.3f%%, LoRA r=%d on %s)",
+            trainable,
+            total,
+            100.0 * trainable / max(total, 1),
+            run.actor.lora.lora_r,
+            ", ".join(run.actor.lora.targets),
+        )
     if roles.ref is not None:
         roles.ref.init_model()
     if roles.reward is not None:

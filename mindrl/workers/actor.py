@@ -56,7 +56,14 @@ class ActorWorker(TrainableWorker):
             self.resume_from(resume_dir)
         if self.with_rollout:
             self._build_hybrid_engine()
-        return info
+        return {**info, **self._parameter_counts()}
+
+    def _parameter_counts(self) -> dict[str, int]:
+        """Trainable and all parameters of the whole model (summed over TP / PP)."""
+        from mindrl.models.lora import model_parameter_counts
+
+        trainable, total = model_parameter_counts(self.model_chunks)
+        return {"trainable_params": trainable, "total_params": total}
 
     def _build_hybrid_engine(self) -> None:
         from mindrl.workers.hybrid_engine import HybridEngine
@@ -103,6 +110,14 @@ class ActorWorker(TrainableWorker):
             self.model_chunks, self.cfg.model, bucket, sender=self.info.rank == 0
         )
 
+    def compute_ref_log_prob(self, batch: SampleBatch) -> Any:
+        """The shared-backbone reference (rl_config.share_backbone): log-probs of the base
+        model, i.e. this model with its LoRA adapters off."""
+        from mindrl.models.lora import adapters_disabled
+
+        with adapters_disabled(self.model_chunks):
+            return self.compute_log_prob(batch)
+
     # -- training ---------------------------------------------------------------------------
     def update(self, batch: SampleBatch, step: int) -> dict[str, float]:
         self.train_mode()
@@ -117,6 +132,19 @@ class ActorWorker(TrainableWorker):
             arch=self.cfg.model,
             hf_assets_dir=hf_assets_dir,
             overwrite=True,
+        )
+        return str(path) if path is not None else None
+
+    def export_peft(self, out_dir: str) -> str | None:
+        """The LoRA adapters as a PEFT adapter folder over the base this actor loaded."""
+        from mindrl.checkpoint.peft_export import export_peft_adapter
+
+        path = export_peft_adapter(
+            self.model_chunks,
+            out_dir,
+            arch=self.cfg.model,
+            lora=self.cfg.lora,
+            base_model=self.base_dir,
         )
         return str(path) if path is not None else None
 

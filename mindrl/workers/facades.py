@@ -45,11 +45,13 @@ class RolloutGenerator(Protocol):
     def train_mode(self) -> None: ...
 
 
-def _log_probs(group: WorkerGroup, batch: SampleBatch) -> torch.Tensor:
+def _log_probs(
+    group: WorkerGroup, batch: SampleBatch, method: Any = MegatronModelWorker.compute_log_prob
+) -> torch.Tensor:
     import torch
 
     chunks = batch.chunks(group.dp_size)
-    parts = group.collect_by_dp(group.dispatch_by_dp(MegatronModelWorker.compute_log_prob, chunks))
+    parts = group.collect_by_dp(group.dispatch_by_dp(method, chunks))
     return torch.cat(parts, dim=0)
 
 
@@ -64,8 +66,9 @@ class ActorGroup:
     def dp_size(self) -> int:
         return self.group.dp_size
 
-    def init_model(self, resume_dir: str | None) -> None:
-        self.group.execute_all(ActorWorker.init_model, resume_dir)
+    def init_model(self, resume_dir: str | None) -> dict[str, int]:
+        """Build and load every rank's model; rank 0's summary (ranks, parameter counts)."""
+        return self.group.execute_all(ActorWorker.init_model, resume_dir)[0]
 
     def engine_model_dir(self) -> str:
         return self.group.execute_rank(0, ActorWorker.engine_model_dir)
@@ -92,6 +95,9 @@ class ActorGroup:
 
     def export_hf(self, out_dir: str, hf_assets_dir: str | None) -> None:
         self.group.execute_all(ActorWorker.export_hf, out_dir, hf_assets_dir)
+
+    def export_peft(self, out_dir: str) -> None:
+        self.group.execute_all(ActorWorker.export_peft, out_dir)
 
     # -- RolloutGenerator (hybrid layout) ---------------------------------------------------
     def rollout_ranks(self) -> list[int]:
@@ -122,6 +128,20 @@ class ReferenceGroup:
 
     def log_probs(self, batch: SampleBatch) -> torch.Tensor:
         return _log_probs(self.group, batch)
+
+
+class SharedBackboneReference:
+    """The reference as the actor's LoRA base (rl_config.share_backbone): its log-probs are
+    the actor's with the adapters off, in the actor's processes (no model of its own)."""
+
+    def __init__(self, actor: ActorGroup) -> None:
+        self.actor = actor
+
+    def init_model(self) -> None:
+        """Nothing to build: the actor's model is the reference."""
+
+    def log_probs(self, batch: SampleBatch) -> torch.Tensor:
+        return _log_probs(self.actor.group, batch, ActorWorker.compute_ref_log_prob)
 
 
 class RolloutGroup:

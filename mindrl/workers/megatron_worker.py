@@ -39,6 +39,7 @@ class MegatronModelWorker(Worker):
         self.role = role
         self.model_chunks: list[Any] = []
         self.info: Any = None
+        self.base_dir: str | None = None  # where the weights (a LoRA model's base) came from
 
     # -- set-up -----------------------------------------------------------------------------
     def init_model(self, resume_dir: str | None = None) -> dict[str, int]:
@@ -72,17 +73,29 @@ class MegatronModelWorker(Worker):
         """The architecture this role's chunks are built with (checkpoints record it)."""
         return self.cfg.model
 
+    @property
+    def has_adapters(self) -> bool:
+        """LoRA adapters train on the actor only (the reference is the frozen base)."""
+        return self.role == "actor" and self.cfg.lora.enabled
+
     def build_chunk(self, vp_stage: int | None, overrides: dict[str, Any]) -> Any:
         """One model chunk at this rank's TP/PP position: the policy's GPT (the critic
-        swaps the output layer for a value head)."""
+        swaps the output layer for a value head), with LoRA adapters when configured."""
         from mindrl.models.gpt import build_gpt_model
 
-        return build_gpt_model(
+        lora = self.cfg.lora if self.has_adapters else None
+        model = build_gpt_model(
             self.model_arch(),
             params_dtype=self.cfg.precision.params_dtype,
             vp_stage=vp_stage,
             config_overrides=overrides,
+            lora=lora,
         )
+        if lora is not None:
+            from mindrl.models.lora import init_adapters
+
+            init_adapters(model, self.cfg.data.seed)
+        return model
 
     def _visible_device_index(self) -> int | None:
         """Ray narrows CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES to this worker's
@@ -98,8 +111,10 @@ class MegatronModelWorker(Worker):
         model.eval()
         return model
 
-    def load_weights(self) -> None:
-        load = self.cfg.ckpt.load
+    def load_weights(self, load: str | None = None) -> None:
+        """Weights from `load` (default: the role's `load`), an HF folder or a megatron
+        checkpoint; a LoRA actor takes only the base from it."""
+        load = load or self.cfg.ckpt.load
         if load is None:
             logger.warning("%s: no load path, weights stay randomly initialised", self.role)
             return
@@ -110,9 +125,11 @@ class MegatronModelWorker(Worker):
 
             load_hf_into_mcore(self.model_chunks, load, arch=self.cfg.model)
         else:
-            from mindrl.checkpoint.mcore_io import load_mcore_checkpoint
+            from mindrl.checkpoint.mcore_io import ModelPart, load_mcore_checkpoint
 
-            load_mcore_checkpoint(self.model_chunks, load)
+            part = ModelPart.BASE if self.has_adapters else ModelPart.ALL
+            load_mcore_checkpoint(self.model_chunks, load, part=part)
+        self.base_dir = os.path.abspath(load)
 
     # -- queries ----------------------------------------------------------------------------
     def dp_rank(self) -> int:

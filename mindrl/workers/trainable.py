@@ -48,7 +48,8 @@ class TrainableWorker(MegatronModelWorker):
         """Collective: model shards (reshardable) + this rank's optimizer / RNG state."""
         import torch.distributed as dist
 
-        from mindrl.checkpoint.mcore_io import McoreCheckpointInfo, megatron_core_version
+        from mindrl.checkpoint.lora_base import write_lora_base
+        from mindrl.checkpoint.mcore_io import McoreCheckpointInfo, ModelPart, megatron_core_version
         from mindrl.checkpoint.rng_state import RngState
         from mindrl.checkpoint.train_state import RankTrainState, save_model_shards, save_rank_state
 
@@ -61,7 +62,10 @@ class TrainableWorker(MegatronModelWorker):
             pipeline_parallel_size=cfg.pp,
             megatron_core_version=megatron_core_version(),
         )
-        save_model_shards(self.model_chunks, iter_dir, info)
+        part = self._checkpoint_part()
+        save_model_shards(self.model_chunks, iter_dir, info, part)
+        if part is ModelPart.ADAPTERS and self.info.rank == 0:
+            write_lora_base(iter_dir, self.base_dir)
         opt, updater, ckpt = self._opt(), self._updater(), cfg.ckpt
         optimizer_state = None
         if not ckpt.no_save_optim:
@@ -80,10 +84,16 @@ class TrainableWorker(MegatronModelWorker):
     ) -> None:
         from pathlib import Path
 
-        from mindrl.checkpoint.mcore_io import load_mcore_checkpoint
+        from mindrl.checkpoint.lora_base import read_lora_base
+        from mindrl.checkpoint.mcore_io import ModelPart, load_mcore_checkpoint
         from mindrl.checkpoint.train_state import MODEL_DIR, load_rank_state
 
-        load_mcore_checkpoint(self.model_chunks, Path(iter_dir) / MODEL_DIR, arch=self.model_arch())
+        part = self._checkpoint_part()
+        if part is ModelPart.ADAPTERS:  # the frozen base: from where the saving run had it
+            self.load_weights(read_lora_base(iter_dir))
+        load_mcore_checkpoint(
+            self.model_chunks, Path(iter_dir) / MODEL_DIR, arch=self.model_arch(), part=part
+        )
         if not (load_optim or load_rng):
             return
         state = load_rank_state(iter_dir, self.info.rank)
@@ -95,6 +105,14 @@ class TrainableWorker(MegatronModelWorker):
             self._updater().skipped_updates = state.skipped_updates
         if load_rng and state.rng is not None:
             state.rng.restore()
+
+    def _checkpoint_part(self) -> Any:
+        """lora_ckpt_filter: step checkpoints hold the adapters only (MindSpeed-LLM's filter)."""
+        from mindrl.checkpoint.mcore_io import ModelPart
+
+        if self.has_adapters and self.cfg.lora.lora_ckpt_filter:
+            return ModelPart.ADAPTERS
+        return ModelPart.ALL
 
     def _save_optimizer_state(self, iter_dir: str) -> dict[str, Any]:
         """The replicated optimizer's state goes in the rank file; the distributed one's is

