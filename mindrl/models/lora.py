@@ -56,6 +56,17 @@ class _LoraMixin:
         self.lora_B = torch.nn.Parameter(torch.zeros(b_shape, dtype=dtype, device=device))
         self.weight.lora_owner = weakref.ref(self)  # read by `effective_weight`
 
+    def _across_tp(self, low: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _with_adapter(self, output: torch.Tensor, input_: torch.Tensor) -> torch.Tensor:
+        """`output + scale * B(A(x))`, the low-rank activation moved across TP as the base
+        layer's split requires (`_across_tp`); the base alone when the adapters are off."""
+        if not self.lora_enabled:
+            return output
+        low = self._across_tp(torch.nn.functional.linear(input_, self.lora_A))
+        return output + self.lora_scale * torch.nn.functional.linear(low, self.lora_B)
+
     def merged_weight(self) -> torch.Tensor:
         """This rank's shard of `W + scale * B @ A` (the base weight's layout and dtype)."""
         delta = self.lora_B.detach().float() @ self.lora_A.detach().float()
@@ -95,14 +106,14 @@ class LoraColumnParallelLinear(_LoraMixin, tensor_parallel.ColumnParallelLinear)
 
     def forward(self, input_: torch.Tensor, weight: Any = None, runtime_gather_output: Any = None):
         output, bias = super().forward(input_, weight, runtime_gather_output)
-        if not self.lora_enabled:
-            return output, bias
-        low = torch.nn.functional.linear(input_, self.lora_A)
+        return self._with_adapter(output, input_), bias
+
+    def _across_tp(self, low: torch.Tensor) -> torch.Tensor:
+        """A's output is whole on every rank: gathered over the sequence (SP), or entering
+        the TP region (whose backward sums B's partial gradients)."""
         if self.sequence_parallel:
-            low = mappings.gather_from_sequence_parallel_region(low, group=self.tp_group)
-        else:
-            low = mappings.copy_to_tensor_model_parallel_region(low, group=self.tp_group)
-        return output + self.lora_scale * torch.nn.functional.linear(low, self.lora_B), bias
+            return mappings.gather_from_sequence_parallel_region(low, group=self.tp_group)
+        return mappings.copy_to_tensor_model_parallel_region(low, group=self.tp_group)
 
     def sharded_state_dict(self, prefix: str = "", sharded_offsets: Any = (), metadata: Any = None):
         return _sharded(
@@ -133,14 +144,14 @@ class LoraRowParallelLinear(_LoraMixin, tensor_parallel.RowParallelLinear):
 
     def forward(self, input_: torch.Tensor):
         output, bias = super().forward(input_)
-        if not self.lora_enabled:
-            return output, bias
-        low = torch.nn.functional.linear(input_, self.lora_A)
+        return self._with_adapter(output, input_), bias
+
+    def _across_tp(self, low: torch.Tensor) -> torch.Tensor:
+        """A's outputs are partial sums over the input split: summed over TP, or
+        reduce-scattered over the sequence (SP), as the base output is."""
         if self.sequence_parallel:
-            low = mappings.reduce_scatter_to_sequence_parallel_region(low, group=self.tp_group)
-        else:
-            low = mappings.reduce_from_tensor_model_parallel_region(low, group=self.tp_group)
-        return output + self.lora_scale * torch.nn.functional.linear(low, self.lora_B), bias
+            return mappings.reduce_scatter_to_sequence_parallel_region(low, group=self.tp_group)
+        return mappings.reduce_from_tensor_model_parallel_region(low, group=self.tp_group)
 
     def sharded_state_dict(self, prefix: str = "", sharded_offsets: Any = (), metadata: Any = None):
         return _sharded(self, prefix, {"weight": 1, "lora_A": 1}, sharded_offsets, metadata)
