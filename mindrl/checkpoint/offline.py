@@ -35,7 +35,9 @@ from typing import Any
 
 from mindrl.accelerator.device import peak_rss_bytes
 from mindrl.checkpoint.atomic import atomic_directory, check_new_target
+from mindrl.checkpoint.dist_files import check_dist_checkpoint_files
 from mindrl.checkpoint.errors import ConversionError
+from mindrl.checkpoint.hf_inputs import check_hf_coverage, reconcile_hf_flags
 from mindrl.checkpoint.hf_io import (
     DEFAULT_MAX_SHARD_BYTES,
     HFCheckpointReader,
@@ -45,14 +47,12 @@ from mindrl.checkpoint.hf_io import (
     write_hf_config,
 )
 from mindrl.checkpoint.mapping import (
-    IGNORED_HF_SUFFIXES,
     bound_rules,
     hf_output_plan,
 )
 from mindrl.checkpoint.mcore_io import (
     HF_ASSETS_DIR,
     McoreCheckpointInfo,
-    check_dist_checkpoint_files,
     megatron_core_version,
     read_checkpoint_info,
     resolve_iteration_dir,
@@ -63,7 +63,7 @@ from mindrl.checkpoint.transforms import hf_to_mcore_pieces, mcore_to_hf
 from mindrl.config.model_arch import ModelArchConfig
 from mindrl.models.dtypes import dtype_short_name, torch_dtype
 from mindrl.models.gpt import validate_parallel_layout
-from mindrl.models.hf_arch import arch_from_hf_config, hf_config_from_arch, read_hf_config
+from mindrl.models.hf_arch import hf_config_from_arch, read_hf_config
 
 logger = logging.getLogger(__name__)
 
@@ -162,67 +162,6 @@ def _fill_entry(entry: Any, pieces: list[Any], name: str) -> Any:
             )
         return dataclasses.replace(entry, data=data)
     raise ConversionError(f"{name}: unexpected sharded entry {type(entry).__name__}")
-
-
-def check_hf_coverage(reader: HFCheckpointReader, arch: ModelArchConfig) -> None:
-    """Every HF tensor is used by the mapping, and every mapped HF tensor is present."""
-    from mindrl.checkpoint.mapping import expected_hf_tensors
-
-    expected = expected_hf_tensors(arch)
-    names = set(reader.names())
-    for name in expected:
-        if name not in names:
-            raise ConversionError(f"tensor {name} is missing from the HF checkpoint {reader.dir}")
-    for name in sorted(names - set(expected)):
-        if name.endswith(IGNORED_HF_SUFFIXES):
-            continue
-        if name == "lm_head.weight" and arch.tie_word_embeddings:
-            continue  # a tied checkpoint that also stored the (identical) output layer
-        raise ConversionError(
-            f"HF tensor {name} is not covered by the {arch.family} mapping "
-            f"(model_type_hf={arch.model_type_hf}, add_qkv_bias={arch.add_qkv_bias})"
-        )
-
-
-def reconcile_hf_flags(
-    hf_dir: str | Path, *, model_type_hf: str | None = None, add_qkv_bias: bool | None = None
-) -> tuple[ModelArchConfig, tuple[str, ...]]:
-    """The HF checkpoint's arch, and one notice per converter flag it overrides.
-
-    The checkpoint's config.json decides the family (the weights are what they are): a
-    `--model-type-hf` of another family or an `--add-qkv-bias` that disagrees is overridden
-    with a notice, not an error; the tensor coverage check still verifies every weight.
-    MindSpeed-RL's spelling for Qwen2.5, `--model-type-hf llama2 --add-qkv-bias`, gets one.
-    """
-    from mindrl.config.model_arch import HF_FAMILIES
-    from mindrl.config.model_family import MODEL_TYPE_HF_ALIASES
-
-    arch = arch_from_hf_config(hf_dir)
-    notices = []
-    says = f"the checkpoint's config.json says {arch.family}"
-    if model_type_hf is not None:
-        family = HF_FAMILIES.get(model_type_hf)
-        if family is None and model_type_hf.lower() not in MODEL_TYPE_HF_ALIASES:
-            known = sorted({*HF_FAMILIES, *MODEL_TYPE_HF_ALIASES})
-            raise ConversionError(
-                f"--model-type-hf {model_type_hf} is not a model family ({', '.join(known)})"
-            )
-        if family == arch.family:
-            arch = dataclasses.replace(arch, model_type_hf=model_type_hf)
-        else:
-            notices.append(f"--model-type-hf {model_type_hf}: {says}; converting as {arch.family}")
-    if add_qkv_bias is not None and add_qkv_bias != arch.add_qkv_bias:
-        flag = "--add-qkv-bias" if add_qkv_bias else "add_qkv_bias=False"
-        kind = "with" if arch.add_qkv_bias else "without"
-        notices.append(f"{flag}: {says}; converting {kind} q/k/v biases")
-    return arch, tuple(notices)
-
-
-def hf_arch_with_flags(
-    hf_dir: str | Path, *, model_type_hf: str | None = None, add_qkv_bias: bool | None = None
-) -> ModelArchConfig:
-    """The HF checkpoint's arch with the converter flags reconciled (notices dropped)."""
-    return reconcile_hf_flags(hf_dir, model_type_hf=model_type_hf, add_qkv_bias=add_qkv_bias)[0]
 
 
 def convert_hf_to_mcore(
