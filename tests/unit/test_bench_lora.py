@@ -140,12 +140,31 @@ def test_the_contention_sampler_counts_the_trees_cpu_time():
     import subprocess
     import time
 
-    meter = lora.Contention(interval_s=0.1)
-    code = "import time; t = time.process_time(); exec('while time.process_time() - t < 1: pass')"
-    subprocess.run([sys.executable, "-c", code], check=True)
-    time.sleep(0.3)
-    machine = meter.stop()
+    import psutil
+
+    def burn(seconds: float, then_sleep: float = 0.0) -> str:
+        return (
+            "import time; t = time.process_time()\n"
+            f"while time.process_time() - t < {seconds}: pass\n"
+            f"time.sleep({then_sleep})"
+        )
+
+    # a child that was running before the meter (a test runner's worker) is not the run's
+    older = subprocess.Popen([sys.executable, "-c", burn(2.0, then_sleep=30.0)])
+    try:
+        deadline = time.monotonic() + 60
+        while sum(psutil.Process(older.pid).cpu_times()[:2]) < 2.0:
+            assert time.monotonic() < deadline, "the older child never burned its 2 s"
+            time.sleep(0.1)
+        meter = lora.Contention(interval_s=0.1)
+        subprocess.run([sys.executable, "-c", burn(1.0)], check=True)
+        time.sleep(0.3)
+        machine = meter.stop()
+    finally:
+        older.kill()
+        older.wait()
     assert machine["tree_cpu_s"] > 0.5  # the child's busy second, sampled before it exited
+    assert machine["tree_cpu_s"] < 2.0  # and not the older child's 2 s
     assert 0.0 < machine["cpu_share"] <= 1.0 and machine["load1_max"] >= 0.0
     # a window: interpolated between samples, nothing before the first sample
     meter.samples = [(10.0, 1.0, 0.0), (20.0, 3.0, 10.0), (30.0, 5.0, 30.0)]

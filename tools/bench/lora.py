@@ -146,14 +146,18 @@ def summarize(steps: list[dict[str, Any]], peak_pss_gib: float) -> dict[str, Any
 
 class Contention:
     """How much of the machine a run had, sampled in a thread while it runs: the 1-minute
-    load average and the CPU seconds of this process's descendants (the run's tree; a
+    load average and the CPU seconds of the descendants this process starts after the meter
+    (the run's tree; children already running, e.g. a test runner's, are not the run's; a
     process that exits keeps what it used up to its last sample). Over a window,
     cpu_share = tree CPU seconds / (wall seconds x cores): near 1 when the run has both
     cores, lower when other work takes them; CPU seconds per step are less sensitive to
     other work than wall seconds (not immune: shared caches, spinning waits)."""
 
     def __init__(self, interval_s: float = 5.0):
+        import psutil
+
         self.interval_s = interval_s
+        self._before = {p.pid for p in psutil.Process().children(recursive=True)}
         self.samples: list[tuple[float, float, float]] = []  # (unix time, load1, tree cpu s)
         self._cpu: dict[int, float] = {}
         self._start = time.time()
@@ -167,6 +171,8 @@ class Contention:
         me = psutil.Process()
         while not self._stop.is_set():
             for proc in me.children(recursive=True):
+                if proc.pid in self._before:
+                    continue
                 try:
                     t = proc.cpu_times()
                     self._cpu[proc.pid] = t.user + t.system
