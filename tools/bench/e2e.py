@@ -15,7 +15,9 @@ Runs, one after the other in this invocation, each in its own process tree:
 
 Per run: wall seconds per step, tokens per step (prompt + response tokens of the step's
 samples), the step's mean reward, the time split by phase, and the peak memory (summed PSS)
-of the run's whole process tree (Ray workers included), sampled every second. Step 1 is warm-up
+of the run's whole process tree (Ray workers included), sampled every second. Per mindrl run
+also its roofline (tools/bench/roofline.py): each model phase's seconds against the floor its
+FLOPs set at the machine's matmul rate for the run's precision, measured right after the run. Step 1 is warm-up
 (engine and allocator caches) for both stacks: s/step and tok/s are over steps 2..N.
 
 ratio = mindrl_fp32 tok/s / trl_fp32 tok/s (target >= 1.5); with --bf16 also the bf16 and
@@ -38,6 +40,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+from tools.bench.roofline import summary_line as roofline_line  # noqa: E402
 
 TARGET = 1.5
 MINDRL_PHASES = ("rollout", "reward", "ref", "old_log_prob", "adv", "update", "sync")
@@ -128,7 +132,8 @@ def run_mindrl(name: str, config: str, steps: int, extra: tuple[str, ...], work:
     ]
     start = time.perf_counter()
     peak = run_tree(cmd, work / f"{name}.log", timeout_s=600 + steps * 300)
-    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics_text = (out_dir / "metrics.jsonl").read_text()
+    rows = [json.loads(line) for line in metrics_text.splitlines()]
     step_rows = []
     for m in rows:
         wall = m["timing/step"]
@@ -142,14 +147,28 @@ def run_mindrl(name: str, config: str, steps: int, extra: tuple[str, ...], work:
                 "phases": phases,
             }
         )
+    precision = "bf16" if extra else "fp32"
     return {
         "stack": "mindrl",
-        "precision": "bf16" if extra else "fp32",
+        "precision": precision,
         "process_wall_s": time.perf_counter() - start,
         "steps": step_rows,
         "peak_pss_gib": peak,
         "overrides": list(extra),
+        "roofline": run_roofline(config, cmd[4:], metrics_text, precision),
     }
+
+
+def run_roofline(config: str, overrides: list[str], metrics_text: str, precision: str) -> dict:
+    """The run's phases against their matmul floor (tools/bench/roofline.py), at this
+    machine's matmul rate for the run's precision, measured now (the run's tree has exited)."""
+    from mindrl.config import load_run_config
+    from tools.bench.roofline import matmul_gflops, roofline, step_rows
+
+    run = load_run_config(config, overrides, check_paths=False)[0]
+    table = roofline(run, step_rows(metrics_text), matmul_gflops(precision))
+    table["dtype"] = precision
+    return table
 
 
 def run_trl(name: str, config: str, steps: int, precision: str, work: Path) -> dict:
@@ -285,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"peak {s['peak_pss_gib']:.2f} GiB, rewards {[round(r, 3) for r in s['rewards']]}",
                 flush=True,
             )
+            if "roofline" in res:
+                print("  " + roofline_line(name, res["roofline"]), flush=True)
             results[name] = res
 
     ratios = precision_ratios(results)

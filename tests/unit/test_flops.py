@@ -1,0 +1,154 @@
+"""The step's floor FLOPs (mindrl/planning/flops.py): a hand count on a 1-layer model, the
+linear count against the megatron parameter count, and a forward pass of real HF models
+(dense GQA and a top-2 MoE) under torch's FLOP counter; and the roofline table the bench
+builds from them."""
+
+from __future__ import annotations
+
+import pytest
+
+from mindrl.config.model_arch import ModelArchConfig
+from mindrl.planning.flops import (
+    StepTokens,
+    attention_macs,
+    forward_flops,
+    linear_macs_per_token,
+    phase_flops,
+)
+from mindrl.planning.params import layer_params
+
+ONE_LAYER = dict(
+    num_layers=1,
+    hidden_size=4,
+    ffn_hidden_size=8,
+    num_attention_heads=2,
+    vocab_size=10,
+    max_position_embeddings=32,
+)
+GQA = dict(
+    num_layers=2,
+    hidden_size=64,
+    ffn_hidden_size=96,
+    num_attention_heads=4,
+    group_query_attention=True,
+    num_query_groups=2,
+    vocab_size=128,
+    max_position_embeddings=64,
+)
+MOE = dict(
+    GQA,
+    model_type_hf="qwen3_moe",
+    qk_layernorm=True,
+    num_experts=4,
+    moe_router_topk=2,
+    moe_ffn_hidden_size=32,
+)
+
+
+def test_a_one_layer_model_by_hand():
+    arch = ModelArchConfig(**ONE_LAYER)
+    # qkv 4 x (4 + 4 + 4) + proj 4 x 4 + fc1 4 x 16 + fc2 8 x 4
+    assert linear_macs_per_token(arch) == 48 + 16 + 64 + 32
+    # 3 tokens: positions attend to 1, 2, 3 others, scores + sum, 4 query dims
+    assert attention_macs(arch, 3) == 2 * 4 * (1 + 2 + 3)
+    # prompt 2 + response 1: 3 tokens through the layers, one through the 4 x 10 output
+    assert forward_flops(arch, 2, 1) == 2 * (160 * 3 + 48 + 40)
+
+    step = StepTokens(samples=5, prompt=2, response=1)
+    plain = phase_flops(arch, step)
+    assert plain["rollout"] == plain["ref"] == plain["old_log_prob"] == 5 * 1136
+    assert plain["update"] == 3 * 5 * 1136
+    assert phase_flops(arch, step, epochs=2)["update"] == 6 * 5 * 1136
+    assert phase_flops(arch, step, full_recompute=True)["update"] == 4 * 5 * 1136
+    assert phase_flops(arch, step, frozen_base=True)["update"] == 2 * 5 * 1136
+
+
+def test_linear_macs_are_the_layer_weights_without_norms():
+    arch = ModelArchConfig(**GQA)
+    norms = 2 * arch.hidden_size
+    assert linear_macs_per_token(arch) == arch.num_layers * (layer_params(arch) - norms)
+
+
+def _hf_forward_flops(arch: ModelArchConfig, tokens: int) -> int:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from mindrl.models.hf_arch import hf_config_from_arch
+
+    cfg = hf_config_from_arch(arch)
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    config._attn_implementation = "eager"  # attention as matmuls the counter sees
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    ids = torch.randint(0, arch.vocab_size, (1, tokens))
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(input_ids=ids)
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("shape", [GQA, MOE], ids=["dense_gqa", "moe_top2"])
+def test_the_count_matches_torchs_flop_counter_on_a_real_model(shape):
+    arch = ModelArchConfig(**shape)
+    tokens = 24
+    measured = _hf_forward_flops(arch, tokens)
+    # HF runs the output layer at every position and attention over the full square (then
+    # masks it): account for both, the rest must be our count exactly
+    q = arch.num_attention_heads * arch.head_dim
+    full_square = 2 * 2 * arch.num_layers * q * tokens * tokens
+    expected = forward_flops(arch, prompt=0, response=tokens)
+    expected += full_square - 2 * attention_macs(arch, tokens)
+    if arch.num_experts is not None:
+        # transformers' batched expert kernel is invisible to the counter (its router and
+        # everything else is counted): take the routed experts out; the hand count checks them
+        expert = 3 * arch.hidden_size * arch.expert_ffn_hidden_size
+        expected -= 2 * arch.num_layers * tokens * arch.moe_router_topk * expert
+    assert measured == expected
+
+
+def test_a_moe_layer_counts_its_top_k_experts_and_router_by_hand():
+    arch = ModelArchConfig(
+        **ONE_LAYER,
+        model_type_hf="qwen3_moe",
+        qk_layernorm=True,
+        num_experts=8,
+        moe_router_topk=2,
+        moe_ffn_hidden_size=2,
+    )
+    # attention 48 + 16; two experts of 4 x 4 (gate, up) + 2 x 4 (down); router 4 x 8
+    assert linear_macs_per_token(arch) == 64 + 2 * (16 + 8) + 32
+
+
+def test_the_roofline_table_reads_metrics_and_skips_absent_phases():
+    import json
+
+    from mindrl.config import load_run_config
+    from tools.bench import roofline
+
+    run = load_run_config("grpo_tiny_cpu", check_paths=False)[0]
+    record = {
+        "prompt_length/mean": 10.0,
+        "response_length/mean": 6.0,
+        "timing/rollout": 0.2,
+        "timing/ref": 0.05,
+        "timing/update": 0.3,
+        "timing/old_log_prob": 0.0,  # not run at one epoch
+    }
+    lines = [
+        json.dumps({"step": 1, "timing/step": 9.0, **record, "timing/rollout": 5.0}),
+        json.dumps({"step": 2, "timing/step": 1.0, **record}),
+        json.dumps({"step": 2, "val/score": 0.5}),
+    ]
+    rows = roofline.step_rows("\n".join(lines))
+    table = roofline.roofline(run, rows, gflops=10.0)
+
+    samples = run.train_prompts * run.rl.algorithm.n_samples_per_prompt
+    flops = phase_flops(run.actor.model, StepTokens(samples, 10.0, 6.0))
+    assert set(table["phases"]) == {"rollout", "ref", "update"}  # step 1 left out, too
+    rollout = table["phases"]["rollout"]
+    assert rollout["measured_s"] == 0.2
+    assert rollout["floor_s"] == pytest.approx(flops["rollout"] / 1e10, rel=1e-3)
+    assert rollout["floor_fraction"] == pytest.approx(rollout["floor_s"] / 0.2, rel=1e-3)
+    floor = sum(p["floor_s"] for p in table["phases"].values())
+    assert table["step_floor_fraction"] == pytest.approx(floor / 1.0, rel=1e-3)
+    assert roofline.summary_line("tiny", table).startswith("roofline tiny: step ")
