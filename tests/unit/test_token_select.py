@@ -77,6 +77,52 @@ def test_gather_before_output_layer_matches_full_logits_and_gradients():
     assert model(hidden).shape == (3, 6, 7)
 
 
+class _StrideProbe(torch.autograd.Function):
+    """Identity that records the strides of the gradient coming back through it (what the
+    output layer's `grad @ W` would receive)."""
+
+    seen: list[tuple[int, ...]] = []
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        _StrideProbe.seen.append(grad.stride())
+        return grad
+
+
+class _ProbedHead(_Head):
+    def forward(self, hidden, weight=None, runtime_gather_output=None):
+        return _StrideProbe.apply(self.proj(hidden)), None
+
+
+def test_the_selected_logits_gradient_reaches_the_output_layer_with_row_major_strides(
+    monkeypatch,
+):
+    # with non-standard strides torch.matmul runs [N, 1, V] @ [V, H] as N matrix-vector
+    # products (a LoRA run's frozen output layer: 18x slower on SmolLM2)
+    from mindrl.models import token_select
+
+    torch.manual_seed(0)
+    model = _Model()
+    model.output_layer = _ProbedHead()
+    hidden = torch.randn(6, 3, 4)
+    sel = TokenSelection.from_mask(_mask())
+
+    def strides_seen() -> list[tuple[int, ...]]:
+        _StrideProbe.seen.clear()
+        with select_tokens(model, sel):
+            picked = selected_logits(model(hidden), sel)
+        (picked * torch.randn_like(picked)).sum().backward()
+        return list(_StrideProbe.seen)
+
+    assert strides_seen() == [(7, 7, 1)]  # [N, 1, V] row-major
+    monkeypatch.setattr(token_select, "_standard_strides", lambda grad: grad)
+    assert strides_seen() == [(7, sel.size * 7, 1)]  # what GPTModel's transpose sends back
+
+
 def test_shared_log_softmax_equals_separate_passes_with_padded_vocab():
     gen = torch.Generator().manual_seed(1)
     logits = torch.randn(5, 12, generator=gen, requires_grad=True)
