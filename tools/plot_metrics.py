@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
 from matplotlib.figure import Figure  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout as is
-from mindrl.trainer.metrics import iter_step_records  # noqa: E402
+from mindrl.trainer.metrics import merged_step_records  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -54,15 +54,8 @@ DEFAULT_FAMILIES: tuple[Family, ...] = (
 
 
 def load_metrics(jsonl_path: str | Path) -> list[dict[str, Any]]:
-    """One merged record per step, sorted by step; torn lines are skipped.
-
-    Records sharing a step (training metrics, then val/* ones) are merged; for a key logged
-    twice at one step the later value wins.
-    """
-    by_step: dict[int, dict[str, Any]] = {}
-    for _, record, step in iter_step_records(jsonl_path):
-        by_step.setdefault(step, {}).update(record)
-    return [by_step[s] for s in sorted(by_step)]
+    """One merged record per step, sorted by step (`merged_step_records`)."""
+    return merged_step_records(jsonl_path)
 
 
 def moving_average(values: Sequence[float], window: int) -> list[float]:

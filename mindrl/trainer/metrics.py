@@ -193,6 +193,16 @@ def iter_step_records(path: str | Path) -> Iterator[tuple[str, dict[str, Any], i
             yield line, record, step
 
 
+def merged_step_records(path: str | Path) -> list[dict[str, Any]]:
+    """One merged record per step, sorted by step; torn lines are skipped. Records sharing
+    a step (training metrics, then val/* ones) are merged; for a key logged twice at one
+    step the later value wins."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for _, record, step in iter_step_records(path):
+        by_step.setdefault(step, {}).update(record)
+    return [by_step[s] for s in sorted(by_step)]
+
+
 def truncate_jsonl(path: Path, keep_through: int) -> int:
     """Keep only well-formed lines with ``step <= keep_through`` (atomically); returns the count.
 

@@ -119,7 +119,7 @@ def test_a_moe_layer_counts_its_top_k_experts_and_router_by_hand():
     assert linear_macs_per_token(arch) == 64 + 2 * (16 + 8) + 32
 
 
-def test_the_roofline_table_reads_metrics_and_skips_absent_phases():
+def test_the_roofline_table_reads_metrics_and_skips_absent_phases(tmp_path):
     import json
 
     from mindrl.config import load_run_config
@@ -139,7 +139,9 @@ def test_the_roofline_table_reads_metrics_and_skips_absent_phases():
         json.dumps({"step": 2, "timing/step": 1.0, **record}),
         json.dumps({"step": 2, "val/score": 0.5}),
     ]
-    rows = roofline.step_rows("\n".join(lines))
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("\n".join(lines) + "\n")
+    rows = roofline.step_rows(metrics)
     table = roofline.roofline(run, rows, gflops=10.0)
 
     samples = run.train_prompts * run.rl.algorithm.n_samples_per_prompt

@@ -17,8 +17,9 @@ Per run: wall seconds per step, tokens per step (prompt + response tokens of the
 samples), the step's mean reward, the time split by phase, and the peak memory (summed PSS)
 of the run's whole process tree (Ray workers included), sampled every second. Per mindrl run
 also its roofline (tools/bench/roofline.py): each model phase's seconds against the floor its
-FLOPs set at the machine's matmul rate for the run's precision, measured right after the run. Step 1 is warm-up
-(engine and allocator caches) for both stacks: s/step and tok/s are over steps 2..N.
+FLOPs set at the machine's matmul rate for the run's precision, measured right after the run.
+Step 1 is warm-up (engine and allocator caches) for both stacks: s/step and tok/s are over
+steps 2..N.
 
 ratio = mindrl_fp32 tok/s / trl_fp32 tok/s (target >= 1.5); with --bf16 also the bf16 and
 bf16_mixed ratios (mindrl_bf16 against each TRL bf16 run). Writes bench/results/e2e.json
@@ -132,8 +133,7 @@ def run_mindrl(name: str, config: str, steps: int, extra: tuple[str, ...], work:
     ]
     start = time.perf_counter()
     peak = run_tree(cmd, work / f"{name}.log", timeout_s=600 + steps * 300)
-    metrics_text = (out_dir / "metrics.jsonl").read_text()
-    rows = [json.loads(line) for line in metrics_text.splitlines()]
+    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
     step_rows = []
     for m in rows:
         wall = m["timing/step"]
@@ -147,28 +147,25 @@ def run_mindrl(name: str, config: str, steps: int, extra: tuple[str, ...], work:
                 "phases": phases,
             }
         )
-    precision = "bf16" if extra else "fp32"
     return {
         "stack": "mindrl",
-        "precision": precision,
+        "precision": "bf16" if extra else "fp32",
         "process_wall_s": time.perf_counter() - start,
         "steps": step_rows,
         "peak_pss_gib": peak,
         "overrides": list(extra),
-        "roofline": run_roofline(config, cmd[4:], metrics_text, precision),
+        "roofline": run_roofline(config, cmd[4:], out_dir / "metrics.jsonl"),
     }
 
 
-def run_roofline(config: str, overrides: list[str], metrics_text: str, precision: str) -> dict:
+def run_roofline(config: str, overrides: list[str], metrics_path: Path) -> dict:
     """The run's phases against their matmul floor (tools/bench/roofline.py), at this
     machine's matmul rate for the run's precision, measured now (the run's tree has exited)."""
     from mindrl.config import load_run_config
-    from tools.bench.roofline import matmul_gflops, roofline, step_rows
+    from tools.bench.roofline import measure, step_rows
 
     run = load_run_config(config, overrides, check_paths=False)[0]
-    table = roofline(run, step_rows(metrics_text), matmul_gflops(precision))
-    table["dtype"] = precision
-    return table
+    return measure(run, step_rows(metrics_path))
 
 
 def run_trl(name: str, config: str, steps: int, precision: str, work: Path) -> dict:

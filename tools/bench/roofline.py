@@ -42,14 +42,11 @@ def matmul_gflops(dtype_name: str, seconds: float = 2.0, size: int = MATMUL_SIZE
     return 2.0 * size**3 * done / elapsed / 1e9
 
 
-def step_rows(metrics_text: str) -> list[dict[str, Any]]:
-    """Training records of metrics.jsonl (records sharing a step merged), in step order."""
-    merged: dict[int, dict[str, Any]] = {}
-    for line in metrics_text.splitlines():
-        if line.strip():
-            record = json.loads(line)
-            merged.setdefault(int(record["step"]), {}).update(record)
-    return [merged[s] for s in sorted(merged) if merged[s].get("timing/step") is not None]
+def step_rows(metrics_path: Path) -> list[dict[str, Any]]:
+    """Training records of a metrics.jsonl (records sharing a step merged), in step order."""
+    from mindrl.trainer.metrics import merged_step_records
+
+    return [r for r in merged_step_records(metrics_path) if r.get("timing/step") is not None]
 
 
 def roofline(run: Any, rows: list[dict[str, Any]], gflops: float) -> dict[str, Any]:
@@ -90,6 +87,14 @@ def roofline(run: Any, rows: list[dict[str, Any]], gflops: float) -> dict[str, A
     }
 
 
+def measure(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """`roofline` at the matmul rate of the run's training dtype, measured now."""
+    dtype = "bf16" if run.actor.precision.bf16 else "fp32"
+    table = roofline(run, rows, matmul_gflops(dtype))
+    table["dtype"] = dtype
+    return table
+
+
 def summary_line(name: str, table: dict[str, Any]) -> str:
     parts = [
         f"{phase} {p['floor_fraction']:.2f} ({p['measured_s']:.1f}s vs {p['floor_s']:.1f}s)"
@@ -117,12 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         run = load_run_config(
             resolved.name, args.overrides, config_dir=resolved.parent, check_paths=False
         )[0]
-    rows = step_rows((args.run_dir / "metrics.jsonl").read_text())
+    rows = step_rows(args.run_dir / "metrics.jsonl")
     if not rows:
         parser.error(f"no training steps in {args.run_dir / 'metrics.jsonl'}")
-    dtype = "bf16" if run.actor.precision.bf16 else "fp32"
-    table = roofline(run, rows, matmul_gflops(dtype))
-    table["dtype"] = dtype
+    table = measure(run, rows)
     print(json.dumps(table, indent=1))
     print(summary_line(args.run_dir.name, table))
     return 0
