@@ -70,6 +70,8 @@ def vocab_parallel_log_probs(
         return torch.log_softmax(x, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
     from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
 
+    if x is logits:  # megatron's vocab-parallel cross entropy overwrites its input with exp()
+        x = x.clone()
     return -vocab_parallel_cross_entropy(x, labels)
 
 
