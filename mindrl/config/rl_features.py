@@ -1,8 +1,8 @@
 """`rl_config` keys of MindSpeed-RL features beside GRPO's, built or not.
 
 DAPO's loss switches, dynamic sampling and overlong buffer (built), partial rollout, multi-turn tool
-calls, sequence packing / dynamic batch sizes and MindSpeed-RL's TransferDock dispatch
-settings. Refused keys name the missing feature; the others change speed or memory only and
+calls, sequence packing / dynamic batch sizes (built: `mindrl.data.packing`) and
+MindSpeed-RL's TransferDock dispatch settings. Refused keys name the missing feature; the others change speed or memory only and
 are warned once when set to something other than their default.
 """
 
@@ -17,9 +17,11 @@ from mindrl.config.fields import spec
 # effect with ray_grpo)
 DAPO_LOSS = honoured("RLConfig.algorithm")
 MULTI_TURN = no_effect("only multi-turn rollout reads it (multi_turn_enable: not built yet)")
-PACKING = no_effect(
-    "sequence packing / dynamic micro-batches are not built: micro-batches hold "
-    "micro_batch_size samples padded to the longest (same results, more compute)"
+PACKING = honoured()  # mindrl.data.packing.pass_packing: the actor's and reference's passes
+PACKING_BASE = no_effect(
+    "MindSpeed-RL's passes read ref_/actor_/update_max_packing_token_size and "
+    "ref_/actor_/update_dynamic_max_batch_size (each keeps its own default unless set); "
+    "this key sets none of them"
 )
 MULTIMODAL = no_effect("only multimodal training reads it (is_multimodal: not built yet)")
 DISPATCH = no_effect(
@@ -105,13 +107,23 @@ class MicroBatchingConfig:
     update_micro_batch_size: int | None = spec(
         None, fate=no_effect("seed-era key: the update runs at actor_config.micro_batch_size")
     )
-    use_remove_padding: bool = spec(False, fate=PACKING)
-    use_dynamic_bsz: bool = spec(False, fate=PACKING)
-    max_packing_token_size: int = spec(4096, fate=PACKING)
-    ref_max_packing_token_size: int = spec(4096, fate=PACKING)
-    actor_max_packing_token_size: int = spec(4096, fate=PACKING)
-    update_max_packing_token_size: int = spec(4096, fate=PACKING)
-    dynamic_max_batch_size: int | None = spec(None, fate=PACKING)
+    use_remove_padding: bool = spec(
+        False,
+        fate=PACKING,
+        help="each micro-batch's samples packed into one sequence, attention stopping at "
+        "every sample (actor and reference passes; the critic's stay padded)",
+    )
+    use_dynamic_bsz: bool = spec(
+        False,
+        fate=PACKING,
+        help="micro-batches formed by each pass's token budget "
+        "(*_max_packing_token_size, at most *_dynamic_max_batch_size samples)",
+    )
+    max_packing_token_size: int = spec(4096, ge=1, fate=PACKING_BASE)
+    ref_max_packing_token_size: int = spec(4096, ge=1, fate=PACKING)
+    actor_max_packing_token_size: int = spec(4096, ge=1, fate=PACKING)
+    update_max_packing_token_size: int = spec(4096, ge=1, fate=PACKING)
+    dynamic_max_batch_size: int | None = spec(None, fate=PACKING_BASE)
     ref_dynamic_max_batch_size: int | None = spec(None, fate=PACKING)
     actor_dynamic_max_batch_size: int | None = spec(None, fate=PACKING)
     update_dynamic_max_batch_size: int | None = spec(None, fate=PACKING)

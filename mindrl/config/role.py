@@ -93,17 +93,28 @@ class BatchConfig:
         True, fate=no_effect("every micro-batch is padded to its own longest sample")
     )
     no_pad_to_seq_lengths: bool = spec(
-        False, fate=no_effect("micro-batches are padded to their longest sample, not seq_length")
+        False,
+        fate=no_effect(
+            "micro-batches are padded to their longest sample, not seq_length (packed ones under "
+            "pipeline parallelism to the longest packed micro-batch)"
+        ),
     )
     pad_to_multiple_of: int = spec(
         8,
         fate=no_effect("MindSpeed-RL overwrites it with TP x CP; mindrl pads micro-batches itself"),
     )
     reset_position_ids: bool = spec(
-        False, fate=no_effect("only sequence packing (use_remove_padding: not built yet) reads it")
+        False,
+        fate=no_effect(
+            "packed sequences (rl_config.use_remove_padding) always restart positions per sample"
+        ),
     )
     reset_attention_mask: bool = spec(
-        False, fate=no_effect("only sequence packing (use_remove_padding: not built yet) reads it")
+        False,
+        fate=no_effect(
+            "packed sequences (rl_config.use_remove_padding) always stop attention at each "
+            "sample's end (MindSpeed-RL requires true there)"
+        ),
     )
 
 

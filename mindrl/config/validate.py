@@ -14,6 +14,7 @@ from mindrl.config.dapo import DAPO, dapo_problems
 from mindrl.config.errors import ConfigError
 from mindrl.config.fates import warn_once
 from mindrl.config.lora import lora_problems
+from mindrl.config.packing import packing_problems
 from mindrl.config.ppo import ppo_problems
 from mindrl.config.rl import MIN_VERIFIER_MEMORY_MB, AlgorithmConfig
 from mindrl.config.role import ROLE_NAMES, RoleConfig
@@ -398,6 +399,7 @@ def cross_field_problems(
     out.extend(dapo_problems(run))
     out.extend(ppo_problems(run))
     out.extend(lora_problems(run))
+    out.extend(packing_problems(run))
     out.extend(_validation_problems(run))
     out.extend(_reward_problems(run))
     if check_paths:

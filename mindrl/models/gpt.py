@@ -143,7 +143,9 @@ def layer_spec(
 ) -> Any:
     """The TE layer spec where transformer_engine is installed (or use_te=True), else local.
 
-    `lora` swaps the target linears for their LoRA variants (`models/lora.py`).
+    `lora` swaps the target linears for their LoRA variants (`models/lora.py`); the local
+    spec's core attention also takes packed sequences (`models/packed_attention.py`; TE's
+    does natively).
     Under sequence parallelism the local spec's torch norms are swapped for
     `SequenceParallelTorchNorm` (megatron's own refuses SP), in every layer of this rank's
     chunk and in the block's final norm.
@@ -168,6 +170,9 @@ def layer_spec(
         spec = fn(qk_layernorm=config.qk_layernorm, normalization=config.normalization, **moe)
     else:
         spec = fn(qk_layernorm=config.qk_layernorm, **moe)
+    from mindrl.models.packed_attention import with_segmented_attention
+
+    spec = with_segmented_attention(spec)  # packed micro-batches (use_remove_padding)
     if lora is not None:
         from mindrl.models.lora import lora_layer_spec
 

@@ -25,6 +25,7 @@ from mindrl.models.vocab_slice import masked_float_logits, tp_rank_size
 if TYPE_CHECKING:
     import torch
 
+    from mindrl.data.packing import PackingSettings
     from mindrl.models.token_select import TokenSelection
 
 
@@ -184,16 +185,22 @@ def forward_only_schedule(
 
 
 def last_stage_output(
-    parts: list[torch.Tensor], shape: tuple[int, ...], device: Any
+    parts: list[torch.Tensor],
+    shape: tuple[int, ...],
+    device: Any,
+    rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The last pipeline stage's per-micro-batch outputs, concatenated, returned on every
-    stage of the pipeline (broadcast from the last; the others pass no `parts`)."""
+    """The last pipeline stage's per-micro-batch outputs, concatenated (row `rows[i]` of the
+    batch is entry i when the micro-batches regrouped the rows), returned on every stage of
+    the pipeline (broadcast from the last; the others pass no `parts`)."""
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
     if ps.is_pipeline_last_stage(ignore_virtual=True):
         result = torch.cat(parts, dim=0)
+        if rows is not None:
+            result = torch.empty_like(result).index_copy_(0, rows.to(result.device), result)
     else:
         result = torch.empty(shape, dtype=torch.float32, device=device)
     if ps.get_pipeline_model_parallel_world_size() > 1:
@@ -215,13 +222,16 @@ def forward_only(
     output: str = "log_probs",
     temperature: float = 1.0,
     response_mask: torch.Tensor | None = None,
+    packing: PackingSettings | None = None,
 ) -> torch.Tensor:
     """Run the model over `input_ids` without gradients through megatron's pipeline schedule.
 
     output="log_probs": [B, S-1] fp32 per-token log-probs of the next token, computed only
     where `response_mask` ([B, S-1]; default: every real token) is set and 0 elsewhere: the
     output layer runs on those tokens alone, and without pipeline parallelism a
-    micro-batch's trailing padding is not fed to the model.
+    micro-batch's trailing padding is not fed to the model. `packing` (log-probs only) forms
+    the micro-batches by a token budget and / or packs each into one sequence
+    (`mindrl.data.packing`).
     output="logits": [B, S, vocab_size] full-vocabulary logits (gathered over TP).
     Every rank of the pipeline returns the same tensor (broadcast from the last stage).
     """
@@ -249,27 +259,32 @@ def forward_only(
         if response_mask is not None:
             response_mask = pad_columns(response_mask, seq - 1)
     multiple = sequence_multiple(chunks)
-    micro_batches = []
-    for i in range(0, batch, mbs):
-        length, selection = seq, None
-        if output == "log_probs":
-            selection = micro_selection(response_mask[i : i + mbs].to(device), multiple)
-            length = selection.seq
-        m = attention_mask[i : i + mbs, :length]
-        micro_batches.append(
-            {
-                "tokens": input_ids[i : i + mbs, :length],
-                "position_ids": position_ids_from_mask(m),
-                "mask": causal_attention_mask(length, m),
-                "selection": selection,
-            }
+    if output == "log_probs" and packing is not None and packing.active:
+        assert response_mask is not None
+        groups, micro_batches = packed_log_prob_inputs(
+            input_ids, attention_mask, response_mask.to(device), packing, mbs, multiple
+        )
+        rows: torch.Tensor | None = torch.tensor(sum(groups, []), dtype=torch.long)
+        schedule_seq, schedule_mbs = micro_batches[0]["tokens"].shape[1], 1
+        if not packing.remove_padding:
+            schedule_seq, schedule_mbs = seq, len(groups[0])
+    else:
+        rows, schedule_seq, schedule_mbs = None, seq, mbs
+        micro_batches = padded_inputs(
+            input_ids,
+            attention_mask,
+            response_mask if output == "log_probs" else None,
+            [list(range(i, i + mbs)) for i in range(0, batch, mbs)],
+            multiple,
+            device,
         )
 
     def step(data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
         mb = next(data_iterator)
         selection: TokenSelection | None = mb["selection"]
+        extra = {"packed_seq_params": mb["packed"]} if mb.get("packed") is not None else {}
         with select_tokens(model, selection) if selection else contextlib.nullcontext():
-            out = model(mb["tokens"], mb["position_ids"], mb["mask"])
+            out = model(mb["tokens"], mb["position_ids"], mb["mask"], **extra)
 
         def finish(output_tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             if selection is not None:
@@ -287,7 +302,87 @@ def forward_only(
 
         return out, finish
 
-    results = forward_only_schedule(chunks, micro_batches, step, seq, mbs)
+    results = forward_only_schedule(chunks, micro_batches, step, schedule_seq, schedule_mbs)
     shape = (batch, seq - 1) if output == "log_probs" else (batch, seq, vocab_size)
-    result = last_stage_output([r["out"] for r in results], shape, device)
+    result = last_stage_output([r["out"] for r in results], shape, device, rows)
     return result[:, : asked_seq - 1] if output == "log_probs" else result[:, :asked_seq]
+
+
+def padded_inputs(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_mask: torch.Tensor | None,
+    groups: list[list[int]],
+    multiple: int,
+    device: Any,
+) -> list[dict[str, Any]]:
+    """One padded micro-batch per group of rows: trailing padding cut to the group's last
+    needed column (without PP), a causal mask that hides padded keys."""
+    import torch
+
+    seq = input_ids.shape[1]
+    micro_batches = []
+    for group in groups:
+        index = torch.tensor(group, dtype=torch.long, device=device)
+        length, selection = seq, None
+        if response_mask is not None:
+            selection = micro_selection(response_mask[index].to(device), multiple)
+            length = selection.seq
+        m = attention_mask[index, :length]
+        micro_batches.append(
+            {
+                "tokens": input_ids[index, :length],
+                "position_ids": position_ids_from_mask(m),
+                "mask": causal_attention_mask(length, m),
+                "selection": selection,
+            }
+        )
+    return micro_batches
+
+
+def packed_log_prob_inputs(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_mask: torch.Tensor,
+    packing: PackingSettings,
+    mbs: int,
+    multiple: int,
+) -> tuple[list[list[int]], list[dict[str, Any]]]:
+    """The pass's row groups and their micro-batches: each group packed into one sequence
+    (remove_padding) or padded to its longest row (dynamic batch sizes only)."""
+    import torch
+
+    from mindrl.data.packing import pack_rows
+    from mindrl.models.micro_batches import (
+        fixed_packed_length,
+        packed_seq_params,
+        pass_groups,
+        pipeline_split,
+    )
+
+    device = input_ids.device
+    groups = pass_groups(attention_mask, packing, mbs)
+    if not packing.remove_padding:
+        if pipeline_split() and len({len(g) for g in groups}) > 1:
+            raise ValueError(
+                "use_dynamic_bsz under pipeline parallelism needs use_remove_padding: true "
+                "(the pipeline sends one micro-batch shape)"
+            )
+        return groups, padded_inputs(
+            input_ids, attention_mask, response_mask, groups, multiple, device
+        )
+    fixed = fixed_packed_length(attention_mask, groups, multiple)
+    micro_batches = []
+    for group in groups:
+        index = torch.tensor(group, dtype=torch.long, device=device)
+        packed = pack_rows(input_ids[index], attention_mask[index], multiple, fixed)
+        micro_batches.append(
+            {
+                "tokens": packed.tokens,
+                "position_ids": packed.position_ids,
+                "mask": None,
+                "packed": packed_seq_params(packed, device),
+                "selection": packed.selection(response_mask[index]),
+            }
+        )
+    return groups, micro_batches

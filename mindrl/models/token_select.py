@@ -27,12 +27,24 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class TokenSelection:
     """Cells (rows[i], cols[i]) of a [batch, seq - 1] grid, in sequence-major order (the
-    order of megatron's [S, B, H] hidden states)."""
+    order of megatron's [S, B, H] hidden states).
+
+    The model's input is the grid's rows unless `model_rows` / `model_cols` say where each
+    cell's hidden state sits in it (a packed micro-batch: one row, `model_batch` 1)."""
 
     rows: torch.Tensor  # [N] int64
     cols: torch.Tensor  # [N] int64
     batch: int
     seq: int  # the input length S; the grid has S - 1 columns
+    model_rows: torch.Tensor | None = None  # [N]: the cell's row in the model input
+    model_cols: torch.Tensor | None = None  # [N]: its position (the hidden state to read)
+    model_batch: int | None = None  # rows of the model input
+
+    def model_cells(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(rows, positions, batch) of the selected hidden states in the model input."""
+        if self.model_rows is None or self.model_cols is None:
+            return self.rows, self.cols, self.batch
+        return self.model_rows, self.model_cols, self.model_batch or 1
 
     @classmethod
     def from_mask(cls, mask: torch.Tensor) -> TokenSelection:
@@ -55,11 +67,13 @@ class TokenSelection:
 
     def hidden_index(self) -> torch.Tensor:
         """Row indices into the hidden states flattened from [S, B, H] to [S*B, H]."""
-        return self.cols * self.batch + self.rows
+        rows, cols, batch = self.model_cells()
+        return cols * batch + rows
 
     def labels(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The token each selected cell predicts, [N]."""
-        return tokens[self.rows, self.cols + 1]
+        """The token each selected cell predicts, [N] (`tokens`: the model input)."""
+        rows, cols, _ = self.model_cells()
+        return tokens[rows, cols + 1]
 
     def gather(self, grid: torch.Tensor) -> torch.Tensor:
         return grid[self.rows, self.cols]
@@ -139,4 +153,5 @@ def selected_logits(logits: torch.Tensor, selection: TokenSelection) -> torch.Te
     # full logits have more positions than cells selected (the last column + 2 at least)
     if logits.shape[0] == 1 and logits.shape[1] == selection.size:
         return logits[0]
-    return logits[selection.rows, selection.cols]
+    rows, cols, _ = selection.model_cells()
+    return logits[rows, cols]

@@ -37,7 +37,13 @@ from mindrl.planning.engine import (
     engine_memory,
 )
 from mindrl.planning.params import lora_layer_params, model_params, stage_params
-from mindrl.planning.shapes import DTYPE_BYTES, Lengths, RoleShape, role_shape
+from mindrl.planning.shapes import (
+    DTYPE_BYTES,
+    Lengths,
+    RoleShape,
+    role_shape,
+    with_token_budget,
+)
 
 PROCESS_GIB = 0.45  # a megatron worker's RSS before its model is built (torch 2.13, CPU)
 GRAD_BYTES = 4  # megatron's DDP reduces gradients in an fp32 buffer (grad_reduce_in_fp32)
@@ -236,7 +242,7 @@ def _reward_rank(shape: RoleShape, lengths: Lengths) -> RankPlan:
 def _role_plan(
     run: RunConfig, role: RoleConfig, lengths: Lengths, backend: str, engine: EngineMemory | None
 ) -> RolePlan:
-    shape = role_shape(role, backend)
+    shape = with_token_budget(role_shape(role, backend), run, lengths)
     if role.role in ("actor", "critic"):  # trained: weights, grads, optimizer, activations
         ranks = actor_ranks(run, shape, lengths, backend, engine if role.role == "actor" else None)
     elif role.role == "reward":

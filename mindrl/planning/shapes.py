@@ -179,3 +179,20 @@ class Lengths:
             f"sequences up to {self.seq} tokens (max_prompt_length {self.prompt} + max_tokens "
             f"{self.response}), micro-batches padded to their longest"
         )
+
+
+def with_token_budget(shape: RoleShape, run: RunConfig, lengths: Lengths) -> RoleShape:
+    """Under `use_dynamic_bsz` a micro-batch holds up to its pass's token budget instead of
+    micro_batch_size sequences: the shape is planned as the budget's worth of longest
+    sequences (rounded up)."""
+    cfg = run.rl.micro_batching
+    if not cfg.use_dynamic_bsz or shape.role not in ("actor", "ref"):
+        return shape
+    # the actor's training micro-batches hold what its memory peaks on; its forward-only
+    # passes keep no activations for backward
+    budget = (
+        cfg.update_max_packing_token_size
+        if shape.role == "actor"
+        else cfg.ref_max_packing_token_size
+    )
+    return dataclasses.replace(shape, micro_batch=max(1, -(-budget // lengths.seq)))

@@ -22,6 +22,7 @@ from mindrl.config.run import RunConfig
 from mindrl.trainer.advantage_step import compute_step_advantages, uses_kl_in_reward
 from mindrl.trainer.dynamic_sampling import rollout_and_score
 from mindrl.trainer.metrics import Timer
+from mindrl.trainer.padding_metrics import padding_metrics
 from mindrl.trainer.scoring import Scored
 from mindrl.trainer.setup import Trainer
 from mindrl.trainer.step_metrics import step_metrics
@@ -89,7 +90,8 @@ def grpo_step(
         sync,
         epochs=run.rl.algorithm.epochs,
     )
-    return {**metrics, **sampling_metrics, **critic_metrics}, scored
+    padding = padding_metrics(batch, run, old_lp is not None)
+    return {**metrics, **sampling_metrics, **critic_metrics, **padding}, scored
 
 
 def run_state_now(t: Trainer, step: int) -> Any:

@@ -36,6 +36,7 @@ class ActorWorker(TrainableWorker):
 
     # -- set-up -----------------------------------------------------------------------------
     def init_model(self, resume_dir: str | None = None) -> dict[str, int]:
+        from mindrl.data.packing import pass_packing
         from mindrl.workers.policy_update import PolicyUpdater
 
         info = super().init_model(resume_dir)
@@ -51,6 +52,7 @@ class ActorWorker(TrainableWorker):
             dp_size=self.info.dp_size,
             seed=cfg.data.seed,
             max_tokens=self.run.generate.sampling_config.max_tokens,
+            packing=pass_packing(self.run.rl.micro_batching, "update"),
         )
         if resume_dir is not None:
             self.resume_from(resume_dir)
@@ -116,7 +118,7 @@ class ActorWorker(TrainableWorker):
         from mindrl.models.lora import adapters_disabled
 
         with adapters_disabled(self.model_chunks):
-            return self.compute_log_prob(batch)
+            return self.compute_log_prob(batch, "ref")
 
     # -- training ---------------------------------------------------------------------------
     def update(self, batch: SampleBatch, step: int) -> dict[str, float]:

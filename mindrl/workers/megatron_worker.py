@@ -140,10 +140,12 @@ class MegatronModelWorker(Worker):
         return {"rank": i.rank, "tp_rank": i.tp_rank, "pp_rank": i.pp_rank, "dp_rank": i.dp_rank}
 
     # -- compute ----------------------------------------------------------------------------
-    def compute_log_prob(self, batch: SampleBatch) -> torch.Tensor:
+    def compute_log_prob(self, batch: SampleBatch, pass_name: str | None = None) -> torch.Tensor:
         """Per-token log-probs [B, S-1] of `batch` under this model (no grad), fp32; 0 off the
-        response columns (only those are computed)."""
+        response columns (only those are computed). `pass_name` picks the packing settings
+        ("ref" or "actor"; default: this worker's role)."""
         from mindrl.data.batch import micro_batch_size
+        from mindrl.data.packing import pass_packing
         from mindrl.models.logprobs import forward_only
 
         for chunk in self.model_chunks:
@@ -155,6 +157,9 @@ class MegatronModelWorker(Worker):
             attention_mask=batch.attention_mask,
             micro_batch_size=micro_batch_size(self.cfg.batch.micro_batch_size, batch.size),
             response_mask=batch.response_mask,
+            packing=pass_packing(
+                self.run.rl.micro_batching, pass_name or ("ref" if self.role == "ref" else "actor")
+            ),
         ).cpu()
 
     def shutdown(self) -> None:

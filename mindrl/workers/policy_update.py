@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from mindrl.config.rl import AlgorithmConfig
 from mindrl.data.batch import SampleBatch, micro_batch_size
+from mindrl.data.packing import PackingSettings
 from mindrl.models.moe import moe_loss_metrics
 from mindrl.models.optimizer import TrainingOptimizer, clip_grads_to_norm
 
@@ -42,13 +43,14 @@ class UpdateMicroBatch:
 
     tokens: torch.Tensor  # [b, s]
     position_ids: torch.Tensor  # [b, s]
-    attention_mask: torch.Tensor  # megatron's boolean mask, True = masked
+    attention_mask: torch.Tensor | None  # megatron's boolean mask, True = masked (None: packed)
     selection: TokenSelection  # which positions are scored (response tokens)
     response_mask: torch.Tensor  # [b, s-1]
     advantages: torch.Tensor  # [b, s-1]
     old_log_probs: torch.Tensor | None  # None: on-policy, the update's own are used
     ref_log_probs: torch.Tensor | None
     rollout_log_probs: torch.Tensor | None
+    packed_seq_params: Any = None  # set: the rows are packed into one sequence (`tokens` [1, T])
 
     @classmethod
     def from_rows(cls, part: SampleBatch, multiple: int = 1) -> UpdateMicroBatch:
@@ -81,6 +83,32 @@ class UpdateMicroBatch:
             old_log_probs=grid("old_log_probs"),
             ref_log_probs=grid("ref_log_probs"),
             rollout_log_probs=grid("rollout_log_probs"),
+        )
+
+    @classmethod
+    def packed(
+        cls, part: SampleBatch, multiple: int = 1, length: int | None = None
+    ) -> UpdateMicroBatch:
+        """`part`'s rows packed into one sequence (use_remove_padding): the model reads the
+        packed tokens, the loss sees `part`'s own [b, s-1] grids."""
+        from mindrl.data.packing import pack_rows
+        from mindrl.models.micro_batches import packed_seq_params
+
+        packed = pack_rows(part.input_ids, part.attention_mask, multiple, length)
+        advantages = part.tensors.get("advantages")
+        if advantages is None:
+            raise ValueError("the update batch has no advantages")
+        return cls(
+            tokens=packed.tokens,
+            position_ids=packed.position_ids,
+            attention_mask=None,
+            selection=packed.selection(part.response_mask),
+            response_mask=part.response_mask,
+            advantages=advantages,
+            old_log_probs=part.tensors.get("old_log_probs"),
+            ref_log_probs=part.tensors.get("ref_log_probs"),
+            rollout_log_probs=part.tensors.get("rollout_log_probs"),
+            packed_seq_params=packed_seq_params(packed, packed.tokens.device),
         )
 
 
@@ -165,8 +193,9 @@ def forward_step(
     from mindrl.models.token_select import select_tokens
 
     mb = next(data_iterator)
+    extra = {} if mb.packed_seq_params is None else {"packed_seq_params": mb.packed_seq_params}
     with select_tokens(model, mb.selection):
-        output = model(mb.tokens, mb.position_ids, mb.attention_mask)
+        output = model(mb.tokens, mb.position_ids, mb.attention_mask, **extra)
     return output, functools.partial(micro_batch_loss, mb, settings)
 
 
@@ -246,9 +275,12 @@ class PolicyUpdater:
         dp_size: int,
         seed: int,
         max_tokens: int | None = None,
+        packing: PackingSettings | None = None,
     ) -> None:
         self.model_chunks = model_chunks
         self.max_tokens = max_tokens
+        self.packing = packing or PackingSettings()
+        self.tokens = {"real": 0, "fed": 0}  # this update's tokens: real / fed to the model
         self.opt = opt
         self.alg = alg
         self.vocab_size = vocab_size
@@ -271,6 +303,7 @@ class PolicyUpdater:
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         phases = {"timing/update_fwd_bwd": 0.0, "timing/update_optimizer": 0.0}
+        self.tokens = {"real": 0, "fed": 0}
         for epoch in range(alg.epochs):
             if alg.shuffle_minibatch:
                 gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step * 97 + epoch)
@@ -285,26 +318,48 @@ class PolicyUpdater:
         out = {k: sums[k] / counts[k] for k in sums}
         out[f"{self.role}/skipped_updates"] = float(self.skipped_updates)
         out.update(phases)  # summed over mini-batches
+        if self.tokens["fed"]:  # this data-parallel rank's
+            out[f"perf/padding_fraction_{self.role}_update"] = (
+                1 - self.tokens["real"] / self.tokens["fed"]
+            )
         return out
 
-    def forward_inputs(self, mini: SampleBatch, mbs: int, multiple: int) -> tuple[Any, list[Any]]:
-        """megatron's forward_step_func for this mini-batch and its micro-batches."""
+    def micro_groups(self, mini: SampleBatch) -> list[list[int]]:
+        """The rows of each micro-batch: `micro_batch` rows each, or by the update's token
+        budget (use_dynamic_bsz)."""
+        from mindrl.data.packing import fixed_partitions
+        from mindrl.models.micro_batches import pass_groups
+
+        if self.packing.active:
+            return pass_groups(mini.attention_mask, self.packing, self.micro_batch)
+        return fixed_partitions(mini.size, micro_batch_size(self.micro_batch, mini.size))
+
+    def forward_inputs(
+        self, mini: SampleBatch, groups: list[list[int]], multiple: int
+    ) -> tuple[Any, list[Any], int, int]:
+        """megatron's forward_step_func for this mini-batch, its micro-batches, and the
+        schedule's sequence length and micro-batch size."""
         from megatron.core import parallel_state as ps
 
-        n_micro = mini.size // mbs
+        from mindrl.models.micro_batches import fixed_packed_length
+
         settings = LossSettings(
             loss=grpo_loss_config(self.alg, self.max_tokens),
             vocab_size=self.vocab_size,
             normalizer=global_normalizer(mini.response_mask, self.alg.loss_agg_mode),
             # megatron divides each micro-batch loss by n_micro and DDP averages over DP
-            scale=float(n_micro * ps.get_data_parallel_world_size()),
+            scale=float(len(groups) * ps.get_data_parallel_world_size()),
             entropy_grad=self.alg.entropy_coeff > 0,
         )
-        micro = [
-            UpdateMicroBatch.from_rows(mini.select(list(range(i * mbs, (i + 1) * mbs))), multiple)
-            for i in range(n_micro)
-        ]
-        return functools.partial(forward_step, settings), micro
+        parts = [mini.select(g) for g in groups]
+        if self.packing.remove_padding:
+            fixed = fixed_packed_length(mini.attention_mask, groups, multiple)
+            micro = [UpdateMicroBatch.packed(p, multiple, fixed) for p in parts]
+            seq, mbs = micro[0].tokens.shape[1], 1
+        else:
+            micro = [UpdateMicroBatch.from_rows(p, multiple) for p in parts]
+            seq, mbs = mini.input_ids.shape[1], len(groups[0])
+        return functools.partial(forward_step, settings), micro, seq, mbs
 
     def train_mini_batch(self, mini: SampleBatch, phases: dict[str, float]) -> dict[str, float]:
         """Forward + backward over the micro-batches, then one optimizer step (skipped, and
@@ -316,9 +371,11 @@ class PolicyUpdater:
 
         multiple = sequence_multiple(self.model_chunks)
         mini = pad_columns_to_multiple(mini, multiple)
-        mbs = micro_batch_size(self.micro_batch, mini.size)
-        n_micro = mini.size // mbs
-        step_func, micro = self.forward_inputs(mini, mbs, multiple)
+        groups = self.micro_groups(mini)
+        n_micro = len(groups)
+        step_func, micro, seq, mbs = self.forward_inputs(mini, groups, multiple)
+        self.tokens["real"] += int(mini.attention_mask.sum())
+        self.tokens["fed"] += sum(int(m.tokens.numel()) for m in micro)
         optimizer = self.opt.optimizer
         started = time.perf_counter()
         for chunk in self.model_chunks:
@@ -331,7 +388,7 @@ class PolicyUpdater:
             data_iterator=[iter(micro) for _ in chunks] if len(chunks) > 1 else iter(micro),
             model=chunks if len(chunks) > 1 else chunks[0],
             num_microbatches=n_micro,
-            seq_length=mini.input_ids.shape[1],
+            seq_length=seq,
             micro_batch_size=mbs,
             forward_only=False,
         )

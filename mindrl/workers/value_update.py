@@ -87,20 +87,19 @@ class ValueUpdater(PolicyUpdater):
         super().__init__(*args, **kwargs)
         self.cliprange_value = cliprange_value
 
-    def forward_inputs(self, mini: SampleBatch, mbs: int, multiple: int) -> tuple[Any, list[Any]]:
+    def forward_inputs(
+        self, mini: SampleBatch, groups: list[list[int]], multiple: int
+    ) -> tuple[Any, list[Any], int, int]:
+        """The critic's passes stay padded (packing is the actor's and reference's)."""
         from megatron.core import parallel_state as ps
 
         from mindrl.workers.policy_update import global_normalizer
 
-        n_micro = mini.size // mbs
         step = functools.partial(
             value_forward_step,
             self.cliprange_value,
             global_normalizer(mini.response_mask, "token-mean"),
-            float(n_micro * ps.get_data_parallel_world_size()),
+            float(len(groups) * ps.get_data_parallel_world_size()),
         )
-        micro = [
-            ValueMicroBatch.from_rows(mini.select(list(range(i * mbs, (i + 1) * mbs))), multiple)
-            for i in range(n_micro)
-        ]
-        return step, micro
+        micro = [ValueMicroBatch.from_rows(mini.select(g), multiple) for g in groups]
+        return step, micro, mini.input_ids.shape[1], len(groups[0])

@@ -1,0 +1,44 @@
+"""Sequence packing's cross-field rules (`use_remove_padding` / `use_dynamic_bsz`).
+
+Packing covers the actor's passes and the reference's (MindSpeed-RL's remove-padding covers
+its critic too; mindrl's critic stays padded, said once). Budgeted micro-batches of varying
+row counts cannot cross a pipeline unpacked (its buffers have one shape), and the virtual
+pipeline's interleaved schedule is not built for a varying micro-batch count.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mindrl.config.fates import warn_once
+
+if TYPE_CHECKING:
+    from mindrl.config.run import RunConfig
+
+
+def packing_problems(run: RunConfig) -> list[str]:
+    cfg = run.rl.micro_batching
+    if not (cfg.use_remove_padding or cfg.use_dynamic_bsz):
+        return []
+    out = []
+    roles = [r for r in (run.actor, run.ref) if r is not None]
+    if cfg.use_dynamic_bsz:
+        for role in roles:
+            if role.pp > 1 and not cfg.use_remove_padding:
+                out.append(
+                    f"rl_config.use_dynamic_bsz: the {role.role}'s pipeline "
+                    f"(pipeline_model_parallel_size={role.pp}) sends one micro-batch shape; "
+                    "set use_remove_padding: true with it"
+                )
+            if role.parallel.num_layers_per_virtual_pipeline_stage:
+                out.append(
+                    f"rl_config.use_dynamic_bsz with the {role.role}'s virtual pipeline "
+                    "(num_layers_per_virtual_pipeline_stage) is not built yet"
+                )
+    if run.critic is not None:
+        warn_once(
+            "packing.critic",
+            "rl_config.use_remove_padding / use_dynamic_bsz: the critic's passes stay padded "
+            "(packing covers the actor and the reference)",
+        )
+    return out

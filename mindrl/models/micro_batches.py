@@ -1,0 +1,75 @@
+"""Packed micro-batches on megatron-core: the groups every rank of a pass agrees on, the
+pipeline's fixed packed length, and megatron's `PackedSeqParams` for a packed row.
+
+The planning itself (`mindrl.data.packing`) is torch-only; this module adds what needs
+megatron's parallel state.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mindrl.data.packing import PackedRows, PackingSettings, plan_micro_batches, round_up
+
+if TYPE_CHECKING:
+    import torch
+
+
+def pipeline_split() -> bool:
+    from megatron.core import parallel_state as ps
+
+    return ps.model_parallel_is_initialized() and ps.get_pipeline_model_parallel_world_size() > 1
+
+
+def dp_max(n: int) -> int:
+    """The largest `n` over the data-parallel group (n itself outside megatron)."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    if not ps.model_parallel_is_initialized() or ps.get_data_parallel_world_size() == 1:
+        return n
+    t = torch.tensor([n], dtype=torch.long)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ps.get_data_parallel_group())
+    return int(t.item())
+
+
+def pass_groups(
+    attention_mask: torch.Tensor, settings: PackingSettings, micro_batch_size: int
+) -> list[list[int]]:
+    """This rank's micro-batches (row indices) for one pass; with dynamic batch sizes every
+    data-parallel rank runs as many as the rank that needs most (expert parallelism
+    exchanges tokens at every forward, and DDP expects one schedule)."""
+    lengths = attention_mask.long().sum(-1).tolist()
+    groups = plan_micro_batches(lengths, settings, micro_batch_size)
+    if settings.dynamic_bsz:
+        needed = dp_max(len(groups))
+        if needed > len(groups):
+            groups = plan_micro_batches(lengths, settings, micro_batch_size, min_parts=needed)
+    return groups  # ranks hold equal row counts, so `needed` never exceeds this rank's rows
+
+
+def fixed_packed_length(
+    attention_mask: torch.Tensor, groups: list[list[int]], multiple: int
+) -> int | None:
+    """One packed length for every micro-batch under pipeline parallelism (its
+    point-to-point buffers have one shape), else None (each packs to its own length)."""
+    if not pipeline_split():
+        return None
+    lengths = attention_mask.long().sum(-1).tolist()
+    return round_up(max(sum(lengths[i] for i in g) for g in groups), multiple)
+
+
+def packed_seq_params(packed: PackedRows, device: Any) -> Any:
+    """megatron's `thd` parameters for one packed row (TE's attention reads them natively;
+    `SegmentedDotProductAttention` on the local spec)."""
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    cu = packed.cu_seqlens.to(device)
+    return PackedSeqParams(
+        qkv_format="thd",
+        cu_seqlens_q=cu,
+        cu_seqlens_kv=cu,
+        max_seqlen_q=packed.max_seqlen,
+        max_seqlen_kv=packed.max_seqlen,
+    )

@@ -1,0 +1,57 @@
+"""How much of the reference and old-policy passes' input is padding.
+
+Those passes return log-probs only, so the driver plans their micro-batches the way the
+workers do (`mindrl.data.packing`, per data-parallel chunk, every rank running as many
+micro-batches as the rank that needs most) and counts the tokens fed; the update measures
+its own (`perf/padding_fraction_actor_update`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mindrl.data.batch import micro_batch_size
+from mindrl.data.packing import pass_packing, plan_micro_batches, round_up
+
+if TYPE_CHECKING:
+    from mindrl.config.role import RoleConfig
+    from mindrl.config.run import RunConfig
+    from mindrl.data.batch import SampleBatch
+
+
+def pass_padding_fraction(
+    batch: SampleBatch, run: RunConfig, role: RoleConfig, pass_name: str
+) -> float:
+    """1 - real tokens / tokens fed to the model, summed over `role`'s data-parallel ranks."""
+    settings = pass_packing(run.rl.micro_batching, pass_name)
+    multiple = role.tp if role.parallel.sequence_parallel else 1
+    chunks = batch.chunks(role.dp)
+    lengths = [c.attention_mask.sum(-1).tolist() for c in chunks]
+    mbs = micro_batch_size(role.batch.micro_batch_size, chunks[0].size)
+    plans = [plan_micro_batches(n, settings, mbs) for n in lengths]
+    if settings.dynamic_bsz:
+        most = max(len(p) for p in plans)
+        plans = [plan_micro_batches(n, settings, mbs, min_parts=most) for n in lengths]
+    real = fed = 0
+    for sizes, groups in zip(lengths, plans):
+        real += sum(sizes)
+        if settings.remove_padding:
+            packed = [round_up(sum(sizes[i] for i in g), multiple) for g in groups]
+            fed += len(packed) * max(packed) if role.pp > 1 else sum(packed)
+        else:
+            width = round_up(batch.input_ids.shape[1], multiple)
+            for g in groups:
+                longest = width if role.pp > 1 else round_up(max(sizes[i] for i in g), multiple)
+                fed += len(g) * longest
+    return 1 - real / fed if fed else 0.0
+
+
+def padding_metrics(batch: SampleBatch, run: RunConfig, old_log_probs: bool) -> dict[str, float]:
+    """`perf/padding_fraction_{ref,actor}` of the passes this step ran."""
+    out = {}
+    if run.ref is not None:  # a shared-backbone reference runs on the actor's layout
+        ref_role = run.actor if run.shares_backbone else run.ref
+        out["perf/padding_fraction_ref"] = pass_padding_fraction(batch, run, ref_role, "ref")
+    if old_log_probs:
+        out["perf/padding_fraction_actor"] = pass_padding_fraction(batch, run, run.actor, "actor")
+    return out
