@@ -3,7 +3,8 @@ megatron-core, no rollout engine) on grpo_tiny_cpu with the test's overrides, on
 synthetic batch of varied lengths: the reference and old-policy log-probs, then a few
 updates, each followed by this rank's gradients.
 
-Arguments: {"hf_dir", "overrides": [...], "steps": int, "grads": FILE}. Result per rank:
+Arguments: {"hf_dir" (null: the config's model), "config" (default grpo_tiny_cpu),
+"overrides": [...], "steps": int, "grads": FILE}. Result per rank:
 {"ref": log-probs [B, S-1], "actor": log-probs, "metrics": per step, "policy": log-probs
 after the steps}; rank 0 saves {step: {param name: gradient}} (its shard) to `grads`.
 """
@@ -38,10 +39,11 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     world = int(os.environ["WORLD_SIZE"])
+    load = [f"actor_config.load={args['hf_dir']}"] if args.get("hf_dir") else []
     run, _ = load_run_config(
-        "grpo_tiny_cpu",
+        args.get("config", "grpo_tiny_cpu"),
         [
-            f"actor_config.load={args['hf_dir']}",
+            *load,
             f"rl_config.actor_resource.num_npus={world}",
             "actor_config.micro_batch_size=4",
             "rl_config.mini_batch_size=4",

@@ -1,8 +1,9 @@
 """Sequence packing on megatron-core over gloo (several processes, fp32): the reference and
 old-policy log-probs, the update's losses and its gradients are those of the padded batch
 (<= 1e-5) with packing (use_remove_padding), token-budget micro-batches (use_dynamic_bsz)
-and both, at TP 1, TP 2 with sequence parallelism, PP 2 and DP 2 (where the ranks' budgets
-give them different micro-batch counts until they agree on the largest)."""
+and both, at TP 1, TP 2 with sequence parallelism, PP 2, DP 2 (where the ranks' budgets
+give them different micro-batch counts until they agree on the largest) and a Qwen3-MoE at
+expert parallel 2."""
 
 from __future__ import annotations
 
@@ -32,9 +33,22 @@ TP2_SP = [
 PP2 = ["actor_config.pipeline_model_parallel_size=2"]
 
 
-def _run(fresh_process, hf_dir: str, world: int, overrides: list[str], tmp: Path) -> dict:
+def _run(
+    fresh_process,
+    hf_dir: str | None,
+    world: int,
+    overrides: list[str],
+    tmp: Path,
+    config: str = "grpo_tiny_cpu",
+) -> dict:
     grads = tmp / f"grads-{len(list(tmp.iterdir()))}.pt"
-    args = {"hf_dir": hf_dir, "overrides": overrides, "steps": 2, "grads": str(grads)}
+    args = {
+        "hf_dir": hf_dir,
+        "config": config,
+        "overrides": overrides,
+        "steps": 2,
+        "grads": str(grads),
+    }
     results = fresh_process.ranks(SCRIPT, args, world_size=world, timeout_s=TIMEOUT_S)
     for other in results[1:]:
         for key in ("ref", "actor", "policy"):
@@ -140,3 +154,17 @@ def test_data_parallel_ranks_agree_on_the_micro_batch_count(
         assert len(counts) == 2, (budget, counts)
     run = _run(fresh, str(tiny_model_dir), 2, PACKED + DP_BUDGET, grads_dir)
     _same_run(run, padded_tp1, grads=False)
+
+
+def test_expert_parallel_moe_packed_equals_padded(fresh, grads_dir):
+    """Qwen3-MoE at EP 2 (grpo_tiny_moe_cpu): experts exchange tokens at every forward, so
+    the two ranks must run as many packed micro-batches though their budgets differ. The
+    load-balancing loss is off here: a padded run routes its padding tokens too and counts
+    them in the balance (packing leaves them out, which is the point), so with it on the two
+    train on different losses by design."""
+    no_balance = ["actor_config.moe_aux_loss_coeff=0"]
+    padded = _run(fresh, None, 2, no_balance, grads_dir, config="grpo_tiny_moe_cpu")
+    packed = _run(
+        fresh, None, 2, no_balance + PACKED + DP_BUDGET, grads_dir, config="grpo_tiny_moe_cpu"
+    )
+    _same_run(packed, padded)
