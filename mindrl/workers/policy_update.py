@@ -213,6 +213,18 @@ def global_normalizer(response_mask: torch.Tensor, loss_agg_mode: str) -> float:
     return float(total.item())
 
 
+def padding_fraction_over_dp(real: int, fed: int) -> float:
+    """1 - real / fed tokens of the update, summed over the data-parallel ranks (every rank
+    reports the same number)."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    counts = torch.tensor([real, fed], dtype=torch.float64)
+    dist.all_reduce(counts, group=ps.get_data_parallel_group())
+    return 1 - float(counts[0] / counts[1]) if counts[1] > 0 else 0.0
+
+
 def reduce_loss_metrics(
     losses: list[dict[str, Any]], n_micro: int, summed: frozenset[str] = SUMMED_LOSS_METRICS
 ) -> dict[str, float]:
@@ -318,10 +330,9 @@ class PolicyUpdater:
         out = {k: sums[k] / counts[k] for k in sums}
         out[f"{self.role}/skipped_updates"] = float(self.skipped_updates)
         out.update(phases)  # summed over mini-batches
-        if self.tokens["fed"]:  # this data-parallel rank's
-            out[f"perf/padding_fraction_{self.role}_update"] = (
-                1 - self.tokens["real"] / self.tokens["fed"]
-            )
+        out[f"perf/padding_fraction_{self.role}_update"] = padding_fraction_over_dp(
+            self.tokens["real"], self.tokens["fed"]
+        )
         return out
 
     def micro_groups(self, mini: SampleBatch) -> list[list[int]]:

@@ -49,6 +49,8 @@ def _assert_same_training(a: list[dict], b: list[dict]) -> None:
     for step, (x, y) in enumerate(zip(a, b)):
         assert x.keys() == y.keys()
         for key in x:
+            if key.startswith("perf/"):  # what the layout feeds (SP pads to a multiple of TP)
+                continue
             assert abs(x[key] - y[key]) <= TOL * max(1.0, abs(x[key])), (step, key, x[key], y[key])
     # the weights moved: the steps are not all alike
     assert len({round(m["grad_norm"], 6) for m in a}) > 1
