@@ -17,6 +17,7 @@ from mindrl.config.fates import SECTION_FATES, section_fate, warn_once
 from mindrl.config.fields import _Problems, build_dataclass, build_groups, suggest
 from mindrl.config.generate import GenerateConfig
 from mindrl.config.model_family import infer_family
+from mindrl.config.pipeline import with_pipeline_defaults
 from mindrl.config.ppo import PPO
 from mindrl.config.rl import RL_GROUPS, RLConfig
 from mindrl.config.role import ROLE_GROUPS, ROLE_NAMES, RoleConfig
@@ -146,6 +147,7 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
     res = rl.resources
 
     notes: list[str] = []
+    rl = with_pipeline_defaults(rl, raw.get("rl_config") or {}, notes)
     actor = _build_role(raw, "actor", res.actor_resource.num_npus, problems, notes)
     ref = reward = None
     dapo = actor is not None and actor.data.stage == DAPO

@@ -34,6 +34,13 @@ class SampleBatch:
                 raise ValueError(f"tensor {name} has {t.shape[0]} rows, batch has {self.size}")
         return replace(self, tensors={**self.tensors, **tensors})
 
+    def with_meta(self, **values: list[Any]) -> SampleBatch:
+        """Per-sample python values added (e.g. the policy version that generated each)."""
+        for name, v in values.items():
+            if len(v) != self.size:
+                raise ValueError(f"meta {name} has {len(v)} values, batch has {self.size}")
+        return replace(self, meta={**self.meta, **values})
+
     def with_response_mask(self, response_mask: torch.Tensor) -> SampleBatch:
         """The same samples scored on another mask (e.g. overlong responses dropped)."""
         if response_mask.shape != self.response_mask.shape:

@@ -1,6 +1,7 @@
 """The GRPO / DAPO / PPO loop. One step, as DESIGN.md draws it:
 
-    prompts -> actor.generate (n per prompt) -> rule rewards -> reference and old log-probs
+    prompts -> actor.generate (n per prompt; with rollout_staleness 1 the previous step
+    generated them, `trainer/pipeline.py`) -> rule rewards -> reference and old log-probs
     (old ones only when the batch gets more than one optimizer step) -> [PPO: critic values]
     -> advantages (group, or GAE) -> [PPO: critic.update on the returns]
     -> actor.update (mini-batches x micro-batches) -> actor.sync_weights
@@ -23,6 +24,7 @@ from mindrl.trainer.advantage_step import compute_step_advantages, uses_kl_in_re
 from mindrl.trainer.dynamic_sampling import rollout_and_score
 from mindrl.trainer.metrics import Timer
 from mindrl.trainer.padding_metrics import padding_metrics
+from mindrl.trainer.pipeline import OneStepOffPipeline
 from mindrl.trainer.scoring import Scored
 from mindrl.trainer.setup import Trainer
 from mindrl.trainer.step_metrics import step_metrics
@@ -43,14 +45,21 @@ def recomputes_old_log_probs(run: RunConfig) -> bool:
 
 
 def grpo_step(
-    t: Trainer, step: int, between_phases: Callable[[], None] = lambda: None
+    t: Trainer,
+    step: int,
+    between_phases: Callable[[], None] = lambda: None,
+    pipeline: OneStepOffPipeline | None = None,
 ) -> tuple[dict[str, float], Scored]:
     """One RL step; its metrics and the scored samples. `between_phases` runs at every
-    phase boundary (where a stop request ends the step)."""
+    phase boundary (where a stop request ends the step). With a `pipeline` the step trains on
+    the batch generated during the previous step and starts generating the next one."""
     roles, run, timer = t.roles, t.run, Timer()
     with timer("step"):
-        # one generation batch, or DAPO's dynamic sampling over several
-        batch, scored, sampling_metrics = rollout_and_score(t, step, timer, between_phases)
+        if pipeline is not None:
+            batch, scored, sampling_metrics = pipeline.take(step, timer, between_phases)
+            pipeline.start_next(step)
+        else:  # one generation batch, or DAPO's dynamic sampling over several
+            batch, scored, sampling_metrics = rollout_and_score(t, step, timer, between_phases)
         with timer("ref"):
             ref_lp = roles.ref.log_probs(batch) if roles.ref is not None else None
         old_lp = None
@@ -78,8 +87,12 @@ def grpo_step(
                 )
         with timer("update"):
             update = roles.actor.update(batch, step)
+        if pipeline is not None:  # the next batch must be generated before the weights change
+            sampling_metrics.update(pipeline.wait())
         with timer("sync"):
             sync = sync_weights(roles)
+        if pipeline is not None:
+            pipeline.synced(step)
     metrics = step_metrics(
         batch,
         scored.scores,
@@ -94,10 +107,13 @@ def grpo_step(
     return {**metrics, **sampling_metrics, **critic_metrics, **padding}, scored
 
 
-def run_state_now(t: Trainer, step: int) -> Any:
+def run_state_now(t: Trainer, step: int, pipeline: OneStepOffPipeline | None = None) -> Any:
+    """What a checkpoint of `step` records of the driver (the sampler as it was before a
+    batch in flight was drawn)."""
     from mindrl.trainer.run_state import RunState
 
-    return RunState.capture(step, t.prompts.sampler.state_dict(), t.kl_ctrl.state_dict())
+    sampler = pipeline.sampler_state() if pipeline else t.prompts.sampler.state_dict()
+    return RunState.capture(step, sampler, t.kl_ctrl.state_dict())
 
 
 @dataclass
@@ -115,15 +131,17 @@ def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progres
         _log_validation(t, t.start_step)
     if loop.val_only:
         return
+    pipeline = OneStepOffPipeline(t) if t.run.rl.resources.rollout_staleness else None
     for step in range(t.start_step, t.total_steps):
         between_phases()
-        metrics, scored = grpo_step(t, step, between_phases)
+        metrics, scored = grpo_step(t, step, between_phases, pipeline)
         t.metrics.log(step + 1, metrics)
         progress.completed = step + 1
         if t.run.rl.logging.log_completions:
             t.metrics.log_completions(step + 1, scored.completions)
         if t.checkpoints.due(step + 1):
-            t.checkpoints.save(step + 1, t.roles.actor, run_state_now(t, step + 1), t.roles.critic)
+            state = run_state_now(t, step + 1, pipeline)
+            t.checkpoints.save(step + 1, t.roles.actor, state, t.roles.critic)
         if validation_due(t, step + 1):
             _log_validation(t, step + 1)
     export_final(t.run, t.roles.actor)

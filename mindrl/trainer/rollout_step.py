@@ -62,12 +62,32 @@ def generate_batch(
     generator: RolloutGenerator, records: Sequence[Any], sampling: RolloutSampling, pad_id: int
 ) -> SampleBatch:
     """n responses per prompt record, one slice of the prompts per generating rank."""
-    prompts = [list(r.prompt_ids) for r in records]
-    slices = generator.rollout_ranks()
-    chunks = split_evenly(prompts, max(slices) + 1)
+    prompts, chunks, slices = spread_prompts(generator, records)
     generator.rollout_mode()
     rows_by_rank = generator.generate([list(chunks[s]) for s in slices], sampling)
     generator.train_mode()
+    return rows_to_batch(records, prompts, chunks, slices, rows_by_rank, pad_id)
+
+
+def spread_prompts(
+    generator: RolloutGenerator, records: Sequence[Any]
+) -> tuple[list[list[int]], list[Sequence[list[int]]], list[int]]:
+    """The records' prompts, their slices, and the slice each generating rank takes."""
+    prompts = [list(r.prompt_ids) for r in records]
+    slices = generator.rollout_ranks()
+    return prompts, split_evenly(prompts, max(slices) + 1), slices
+
+
+def rows_to_batch(
+    records: Sequence[Any],
+    prompts: list[list[int]],
+    chunks: Sequence[Sequence[list[int]]],
+    slices: Sequence[int],
+    rows_by_rank: Sequence[list[RolloutRow] | None],
+    pad_id: int,
+) -> SampleBatch:
+    """The generating ranks' rows as one batch in prompt order, with the records' labels,
+    texts and dataset columns."""
     rows = assemble_rollouts([len(c) for c in chunks], slices, rows_by_rank)
     source = [records[r.prompt_index] for r in rows]
     return build_sample_batch(

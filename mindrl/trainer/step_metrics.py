@@ -41,5 +41,6 @@ def step_metrics(
         )
     out["e2e_tps"] = tokens / max(times["timing/step"], 1e-9)
     out["update_tps"] = tokens * epochs / max(times["timing/update"], 1e-9)
-    out["vllm_tps"] = float(resp.sum()) / max(times["timing/rollout"], 1e-9)
+    if "timing/rollout" in times:  # else generated during the previous step (pipeline)
+        out["vllm_tps"] = float(resp.sum()) / max(times["timing/rollout"], 1e-9)
     return out

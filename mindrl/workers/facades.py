@@ -165,6 +165,16 @@ class RolloutGroup:
     ) -> list[list[RolloutRow] | None]:
         return self.group.dispatch(RolloutWorker.generate, prompts_per_rank, sampling)
 
+    def generate_async(
+        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+    ) -> list[Any]:
+        """Start generating and return at once (the one-step-off pipeline); `collect`
+        waits for the rows."""
+        return self.group.dispatch_async(RolloutWorker.generate, prompts_per_rank, sampling)
+
+    def collect(self, refs: list[Any]) -> list[list[RolloutRow] | None]:
+        return self.group.gather(refs)
+
     def rollout_mode(self) -> None:
         self.group.execute_all(RolloutWorker.rollout_mode)
 

@@ -261,3 +261,117 @@ def test_reward_model_and_rules_together_are_weighted_and_summed():
     assert [c["score"] for c in scored.completions] == expected.tolist()
     assert "reward_model/mean" in scored.metrics and "len_rewards/mean" in scored.metrics
     assert torch.equal(scored.per_function["digit_share"], lengths)
+
+
+# ------------------------------------------------------------ the one-step-off pipeline
+@dataclass
+class FakeRolloutGroup(FakeGenerator):
+    """A separate rollout group; it shares the actor's call log, so the test sees the order
+    of both roles' calls. `generate_async` records the call; `collect` returns its rows."""
+
+    log: list[str] = field(default_factory=list)
+    loaded: int = 0
+
+    def generate_async(self, prompts_per_rank, sampling):
+        self.log.append(f"dispatch seed={sampling.seed}")
+        return FakeGenerator.generate(self, prompts_per_rank, sampling)
+
+    def collect(self, refs):
+        self.log.append("collect")
+        return refs
+
+    def load_weights(self, bucket_refs):
+        self.log.append("load_weights")
+        self.loaded += 1
+        return 8
+
+
+class PipelineActor(FakeActor):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    def update(self, batch, step):
+        self.log.append(f"update {step}")
+        return super().update(batch, step)
+
+    def pack_weights(self):
+        return ["bucket"]
+
+
+class StatefulSampler(FakeSampler):
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": 0, "position": self.calls * self.batch}
+
+
+def _pipelined(overrides: list[str] = ()) -> tuple[Trainer, PipelineActor, FakeRolloutGroup]:
+    from mindrl.trainer.pipeline import OneStepOffPipeline  # noqa: F401  (import check)
+
+    t, _ = _trainer(
+        [
+            "rl_config.mini_batch_size=8",
+            "rl_config.rollout_resource.num_npus=1",
+            "rl_config.rollout_staleness=1",
+            "megatron_training.train_iters=3",
+            *overrides,
+        ]
+    )
+    log: list[str] = []
+    actor, rollout = PipelineActor(log), FakeRolloutGroup(log=log)
+    t.roles = FakeRoles(actor, FakeRef(), rollout=rollout)  # type: ignore[misc]
+    t.prompts.sampler = StatefulSampler(t.run.actor.batch.global_batch_size)  # type: ignore[misc]
+    return t, actor, rollout
+
+
+def test_the_pipeline_generates_the_next_batch_while_the_actor_trains():
+    from mindrl.trainer.grpo import run_state_now
+    from mindrl.trainer.pipeline import OneStepOffPipeline
+
+    t, actor, rollout = _pipelined()
+    assert t.run.rl.algorithm.use_tis  # on by default in this mode
+    pipeline = OneStepOffPipeline(t)
+    staleness, states = [], []
+    for step in range(3):
+        metrics, _ = grpo_step(t, step, pipeline=pipeline)
+        staleness.append(metrics["rollout/staleness"])
+        states.append(run_state_now(t, step + 1, pipeline).sampler["position"])
+        assert ("timing/overlap" in metrics) == (step < 2)  # nothing in flight after the last
+    seeds = [line for line in rollout.log if line.startswith("dispatch")]
+    base = seeds[0].split("=")[1]
+    assert rollout.log == [
+        seeds[0],
+        "collect",  # step 0's batch: generated synchronously
+        seeds[1],
+        "update 0",
+        "collect",
+        "load_weights",  # step 1's beside update 0
+        seeds[2],
+        "update 1",
+        "collect",
+        "load_weights",
+        "update 2",
+        "load_weights",  # the last step starts no generation
+    ]
+    assert int(seeds[1].split("=")[1]) == int(base) + 1  # each batch has its own step's seed
+    assert staleness == [0.0, 1.0, 1.0]
+    versions = [b.meta["policy_version"][0] for b, _ in actor.updates]
+    assert versions == [0, 0, 1]  # batch k+1 came from the weights before update k
+    gbs = t.run.actor.batch.global_batch_size
+    # a checkpoint after step k records the sampler before the batch in flight was drawn
+    assert states == [gbs, 2 * gbs, 3 * gbs]
+    prompts = [b.meta["prompt_text"][0] for b, _ in actor.updates]
+    assert prompts == ["p0", f"p{gbs}", f"p{2 * gbs}"]
+
+
+def test_the_pipeline_needs_its_own_rollout_devices_and_keeps_an_explicit_use_tis():
+    from mindrl.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="rollout_staleness: 1 generates beside training"):
+        load_run_config("grpo_tiny_cpu", ["rl_config.rollout_staleness=1"])
+    with pytest.raises(ConfigError, match="rollout_staleness: 2 is not built"):
+        load_run_config(
+            "grpo_tiny_cpu",
+            ["rl_config.rollout_staleness=2", "rl_config.rollout_resource.num_npus=1"],
+        )
+    t, _, _ = _pipelined(["rl_config.use_tis=false"])
+    assert not t.run.rl.algorithm.use_tis
