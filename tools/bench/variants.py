@@ -1,0 +1,67 @@
+"""Benchmarks that train one config several ways, one run after the other: each variant in a
+fresh process tree (`tools/bench/lora.py`'s `run_one`), a failed or timed-out run recorded
+with its error while the others still run, and the report written with the machine's load.
+Used by tools/bench/lora.py, packing.py and async.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def run_variants(
+    bench: str,
+    config: str,
+    steps: int,
+    variants: dict[str, list[str]],
+    work_dir: Path | None,
+    timeout_s: float,
+    measure: Callable[[Path], dict[str, Any]] | None = None,
+    describe: Callable[[dict[str, Any]], str] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Each variant's overrides on top of `config` for `steps` steps; per variant its
+    `run_one` result plus `measure(out_dir)`, or {"error": ...}. `describe` prints a run's
+    progress line (default: `run_line`)."""
+    from tools.bench.lora import common_overrides, run_line, run_one
+
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix=f"mindrl-{bench}-") as tmp:
+        work = work_dir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        for name, overrides in variants.items():
+            print(f"{bench}: running {name} ({steps} steps) ...", flush=True)
+            out_dir = work / name
+            try:
+                res = run_one(
+                    name, config, common_overrides(steps, out_dir) + overrides, out_dir, timeout_s
+                )
+            except SystemExit as exc:  # run_tree's failure or timeout: keep the other runs
+                print(f"  {name}: FAILED: {exc}", flush=True)
+                results[name] = {"error": str(exc)}
+                continue
+            if measure is not None:
+                res.update(measure(out_dir))
+            print(f"  {name}: {(describe or run_line)(res)}", flush=True)
+            results[name] = res
+    return results
+
+
+def write_report(path: Path, report: dict[str, Any], load_start: tuple[float, ...]) -> None:
+    """`report` with the machine's CPU count and load before / after, as JSON at `path`."""
+    report = {
+        **report,
+        "cpu_count": os.cpu_count(),
+        "load_avg_start": load_start,
+        "load_avg_end": os.getloadavg(),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1))
+    print(f"results: {path}")
+
+
+def failed(results: dict[str, dict[str, Any]]) -> bool:
+    return any("error" in r for r in results.values())
