@@ -23,93 +23,17 @@ from mindrl.data.batch import SampleBatch, micro_batch_size
 from mindrl.data.packing import PackingSettings
 from mindrl.models.moe import moe_loss_metrics
 from mindrl.models.optimizer import TrainingOptimizer, clip_grads_to_norm
+from mindrl.workers.update_micro_batch import UpdateMicroBatch
 
 if TYPE_CHECKING:
     import torch
 
     from mindrl.algorithms import GRPOLossConfig
-    from mindrl.models.token_select import TokenSelection
 
 logger = logging.getLogger(__name__)
 
 # Aggregated with the global normaliser: micro-batch and DP-rank parts add up to the mean.
 SUMMED_LOSS_METRICS = frozenset({"actor/pg_loss", "actor/kl_loss", "actor/entropy"})
-
-
-@dataclass(frozen=True)
-class UpdateMicroBatch:
-    """One micro-batch as the model and the loss see it: trailing padding cut, per-token
-    inputs on the `[B, S-1]` next-token grid."""
-
-    tokens: torch.Tensor  # [b, s]
-    position_ids: torch.Tensor  # [b, s]
-    attention_mask: torch.Tensor | None  # megatron's boolean mask, True = masked (None: packed)
-    selection: TokenSelection  # which positions are scored (response tokens)
-    response_mask: torch.Tensor  # [b, s-1]
-    advantages: torch.Tensor  # [b, s-1]
-    old_log_probs: torch.Tensor | None  # None: on-policy, the update's own are used
-    ref_log_probs: torch.Tensor | None
-    rollout_log_probs: torch.Tensor | None
-    packed_seq_params: Any = None  # set: the rows are packed into one sequence (`tokens` [1, T])
-
-    @classmethod
-    def from_rows(cls, part: SampleBatch, multiple: int = 1) -> UpdateMicroBatch:
-        """`multiple`: the input length's required multiple (sequence parallelism); `part`
-        is already padded to one."""
-        from mindrl.models.logprobs import (
-            causal_attention_mask,
-            micro_selection,
-            position_ids_from_mask,
-        )
-
-        selection = micro_selection(part.response_mask, multiple)
-        length = selection.seq  # trailing padding cut (without PP)
-        am = part.attention_mask[:, :length]
-
-        def grid(name: str) -> torch.Tensor | None:
-            t = part.tensors.get(name)
-            return None if t is None else t[:, : length - 1]
-
-        advantages = grid("advantages")
-        if advantages is None:
-            raise ValueError("the update batch has no advantages")
-        return cls(
-            tokens=part.input_ids[:, :length],
-            position_ids=position_ids_from_mask(am),
-            attention_mask=causal_attention_mask(length, am),
-            selection=selection,
-            response_mask=part.response_mask[:, : length - 1],
-            advantages=advantages,
-            old_log_probs=grid("old_log_probs"),
-            ref_log_probs=grid("ref_log_probs"),
-            rollout_log_probs=grid("rollout_log_probs"),
-        )
-
-    @classmethod
-    def packed(
-        cls, part: SampleBatch, multiple: int = 1, length: int | None = None
-    ) -> UpdateMicroBatch:
-        """`part`'s rows packed into one sequence (use_remove_padding): the model reads the
-        packed tokens, the loss sees `part`'s own [b, s-1] grids."""
-        from mindrl.data.packing import pack_rows
-        from mindrl.models.micro_batches import packed_seq_params
-
-        packed = pack_rows(part.input_ids, part.attention_mask, multiple, length)
-        advantages = part.tensors.get("advantages")
-        if advantages is None:
-            raise ValueError("the update batch has no advantages")
-        return cls(
-            tokens=packed.tokens,
-            position_ids=packed.position_ids,
-            attention_mask=None,
-            selection=packed.selection(part.response_mask),
-            response_mask=part.response_mask,
-            advantages=advantages,
-            old_log_probs=part.tensors.get("old_log_probs"),
-            ref_log_probs=part.tensors.get("ref_log_probs"),
-            rollout_log_probs=part.tensors.get("rollout_log_probs"),
-            packed_seq_params=packed_seq_params(packed, packed.tokens.device),
-        )
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def _run(
     for other in results[1:]:
         for key in ("ref", "actor", "policy"):
             assert other[key] == results[0][key]
-    return {**results[0], "grads": torch.load(grads)}
+    return {**results[0], "grads": torch.load(grads, weights_only=True)}
 
 
 def _close(a: Any, b: Any, what: str, tol: float = TOL) -> None:

@@ -1,0 +1,90 @@
+"""One micro-batch of the policy update as the model and the loss see it: padded rows with
+their trailing padding cut, or the rows packed into one sequence (use_remove_padding); either
+way the loss reads the rows' own `[b, s-1]` grids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from mindrl.data.batch import SampleBatch
+    from mindrl.models.token_select import TokenSelection
+
+
+@dataclass(frozen=True)
+class UpdateMicroBatch:
+    """One micro-batch as the model and the loss see it: trailing padding cut, per-token
+    inputs on the `[B, S-1]` next-token grid."""
+
+    tokens: torch.Tensor  # [b, s]
+    position_ids: torch.Tensor  # [b, s]
+    attention_mask: torch.Tensor | None  # megatron's boolean mask, True = masked (None: packed)
+    selection: TokenSelection  # which positions are scored (response tokens)
+    response_mask: torch.Tensor  # [b, s-1]
+    advantages: torch.Tensor  # [b, s-1]
+    old_log_probs: torch.Tensor | None  # None: on-policy, the update's own are used
+    ref_log_probs: torch.Tensor | None
+    rollout_log_probs: torch.Tensor | None
+    packed_seq_params: Any = None  # set: the rows are packed into one sequence (`tokens` [1, T])
+
+    @classmethod
+    def from_rows(cls, part: SampleBatch, multiple: int = 1) -> UpdateMicroBatch:
+        """`multiple`: the input length's required multiple (sequence parallelism); `part`
+        is already padded to one."""
+        from mindrl.models.logprobs import (
+            causal_attention_mask,
+            micro_selection,
+            position_ids_from_mask,
+        )
+
+        selection = micro_selection(part.response_mask, multiple)
+        length = selection.seq  # trailing padding cut (without PP)
+        am = part.attention_mask[:, :length]
+
+        def grid(name: str) -> torch.Tensor | None:
+            t = part.tensors.get(name)
+            return None if t is None else t[:, : length - 1]
+
+        advantages = grid("advantages")
+        if advantages is None:
+            raise ValueError("the update batch has no advantages")
+        return cls(
+            tokens=part.input_ids[:, :length],
+            position_ids=position_ids_from_mask(am),
+            attention_mask=causal_attention_mask(length, am),
+            selection=selection,
+            response_mask=part.response_mask[:, : length - 1],
+            advantages=advantages,
+            old_log_probs=grid("old_log_probs"),
+            ref_log_probs=grid("ref_log_probs"),
+            rollout_log_probs=grid("rollout_log_probs"),
+        )
+
+    @classmethod
+    def packed(
+        cls, part: SampleBatch, multiple: int = 1, length: int | None = None
+    ) -> UpdateMicroBatch:
+        """`part`'s rows packed into one sequence (use_remove_padding): the model reads the
+        packed tokens, the loss sees `part`'s own [b, s-1] grids."""
+        from mindrl.data.packing import pack_rows
+        from mindrl.models.micro_batches import packed_seq_params
+
+        packed = pack_rows(part.input_ids, part.attention_mask, multiple, length)
+        advantages = part.tensors.get("advantages")
+        if advantages is None:
+            raise ValueError("the update batch has no advantages")
+        return cls(
+            tokens=packed.tokens,
+            position_ids=packed.position_ids,
+            attention_mask=None,
+            selection=packed.selection(part.response_mask),
+            response_mask=part.response_mask,
+            advantages=advantages,
+            old_log_probs=part.tensors.get("old_log_probs"),
+            ref_log_probs=part.tensors.get("ref_log_probs"),
+            rollout_log_probs=part.tensors.get("rollout_log_probs"),
+            packed_seq_params=packed_seq_params(packed, packed.tokens.device),
+        )
