@@ -124,9 +124,9 @@ class MicroBatchingConfig:
     actor_max_packing_token_size: int = spec(4096, ge=1, fate=PACKING)
     update_max_packing_token_size: int = spec(4096, ge=1, fate=PACKING)
     dynamic_max_batch_size: int | None = spec(None, fate=PACKING_BASE)
-    ref_dynamic_max_batch_size: int | None = spec(None, fate=PACKING)
-    actor_dynamic_max_batch_size: int | None = spec(None, fate=PACKING)
-    update_dynamic_max_batch_size: int | None = spec(None, fate=PACKING)
+    ref_dynamic_max_batch_size: int | None = spec(None, ge=1, fate=PACKING)
+    actor_dynamic_max_batch_size: int | None = spec(None, ge=1, fate=PACKING)
+    update_dynamic_max_batch_size: int | None = spec(None, ge=1, fate=PACKING)
 
 
 @dataclass(frozen=True)

@@ -130,11 +130,6 @@ class PackedRows:
     cu_seqlens: torch.Tensor  # [segments + 1] int32: segment bounds (padding tail included)
     max_seqlen: int
     starts: torch.Tensor  # [b] where each row begins in the packed sequence
-    lengths: torch.Tensor  # [b] real tokens of each row
-
-    @property
-    def length(self) -> int:
-        return int(self.tokens.shape[1])
 
     def selection(self, response_mask: torch.Tensor) -> TokenSelection:
         """The response cells of the rows' `[b, s-1]` grid, read from the packed hidden
@@ -181,8 +176,9 @@ def pack_rows(
         padded = length
     tokens = input_ids.new_zeros((1, padded))
     tokens[0, :total] = input_ids[attention_mask.bool()]
-    starts = torch.cumsum(lengths, 0) - lengths
-    bounds = [0, *torch.cumsum(lengths, 0).tolist()]
+    ends = torch.cumsum(lengths, 0)
+    starts = ends - lengths
+    bounds = [0, *ends.tolist()]
     if padded > total:
         bounds.append(padded)
     segment_of = torch.repeat_interleave(
@@ -196,7 +192,6 @@ def pack_rows(
         cu_seqlens=cu,
         max_seqlen=int((cu[1:] - cu[:-1]).max()),
         starts=starts,
-        lengths=lengths,
     )
 
 

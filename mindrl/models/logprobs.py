@@ -19,6 +19,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from mindrl.data.packing import round_up
 from mindrl.models.entropy import entropy_from_log_probs, vocab_parallel_entropy
 from mindrl.models.vocab_slice import masked_float_logits, tp_rank_size
 
@@ -136,10 +137,6 @@ def pad_columns(t: torch.Tensor, width: int) -> torch.Tensor:
 
     extra = width - t.shape[1]
     return t if extra <= 0 else torch.nn.functional.pad(t, (0, extra))
-
-
-def round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
 
 
 def micro_selection(response_mask: torch.Tensor, multiple: int = 1) -> TokenSelection:

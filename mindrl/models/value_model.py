@@ -106,13 +106,13 @@ def forward_values(
 ) -> torch.Tensor:
     """[B, S-1] fp32 values of every position, no gradients, through megatron's pipeline
     schedule; every pipeline rank returns the same tensor."""
+    from mindrl.data.packing import round_up
     from mindrl.models.logprobs import (
         causal_attention_mask,
         forward_only_schedule,
         last_stage_output,
         pad_columns,
         position_ids_from_mask,
-        round_up,
         sequence_multiple,
     )
 

@@ -190,3 +190,13 @@ def test_the_memory_plan_counts_a_budgeted_micro_batch_as_its_tokens():
     assert shapes == {"actor": -(-1000 // seq), "ref": -(-3000 // seq)}
     plain = {p.role: p.shape.micro_batch for p in build_plan(padded, "cpu").roles}
     assert plain == {"actor": 8, "ref": 16}  # the config's micro_batch_size
+
+
+def test_a_row_cap_below_one_is_refused():
+    from mindrl.config import load_run_config
+    from mindrl.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="update_dynamic_max_batch_size"):
+        load_run_config(
+            "grpo_tiny_cpu", ["rl_config.update_dynamic_max_batch_size=0"], check_paths=False
+        )
