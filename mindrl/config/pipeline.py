@@ -39,10 +39,11 @@ def pipeline_problems(run: RunConfig) -> list[str]:
             f"rl_config.rollout_staleness: {staleness} is not built (1: the one-step-off "
             "pipeline; 0: synchronous)"
         )
-    if run.rl.resources.rollout_resource is None:
+    if run.hybrid_rollout:
         out.append(
             "rl_config.rollout_staleness: 1 generates beside training, which needs the rollout "
-            "engines on devices of their own (set rl_config.rollout_resource)"
+            "engines on devices of their own (set rl_config.rollout_resource, or "
+            "generate_config.server)"
         )
     if run.filters_groups:
         out.append(

@@ -85,6 +85,16 @@ class RunConfig:
         return [r for r in (self.actor, ref, self.reward, self.critic) if r is not None]
 
     @property
+    def rollout_on_servers(self) -> bool:
+        """Rollout on vLLM servers the user runs (`generate_config.server`)."""
+        return self.generate.server is not None
+
+    @property
+    def hybrid_rollout(self) -> bool:
+        """The actor's ranks hold the rollout engines: no rollout group, no servers."""
+        return self.rl.resources.rollout_resource is None and not self.rollout_on_servers
+
+    @property
     def shares_backbone(self) -> bool:
         """The reference is the actor's LoRA base (rl_config.share_backbone)."""
         return self.ref is not None and self.rl.resources.share_backbone and self.actor.lora.enabled

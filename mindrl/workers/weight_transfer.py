@@ -9,6 +9,7 @@ time, so memory in flight stays one bucket).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from mindrl.config.model_arch import ModelArchConfig
@@ -55,14 +56,19 @@ def pack_weight_buckets(
     return refs
 
 
-def load_weight_buckets(engine: RolloutEngine, bucket_refs: list[Any]) -> int:
-    """Fetch packed buckets one at a time (bounded memory) into `engine`; bytes moved."""
+def fetch_weight_buckets(bucket_refs: list[Any]) -> Iterator[list[tuple[str, Any]]]:
+    """The packed buckets as named torch tensors, fetched one at a time (bounded memory)."""
     import ray
     import torch
 
-    moved = 0
     for ref in bucket_refs:
-        bucket = [(name, torch.from_numpy(array)) for name, array in ray.get(ref)]
+        yield [(name, torch.from_numpy(array)) for name, array in ray.get(ref)]
+
+
+def load_weight_buckets(engine: RolloutEngine, bucket_refs: list[Any]) -> int:
+    """Fetch packed buckets one at a time into `engine`; bytes moved."""
+    moved = 0
+    for bucket in fetch_weight_buckets(bucket_refs):
         engine.update_weights(bucket)
         moved += sum(tensor_nbytes(t) for _, t in bucket)
     return moved

@@ -1,0 +1,65 @@
+"""A two-sided gloo group outside torch.distributed's default world: the trainer's end and a
+rollout server's workers meet over a TCPStore and exchange weight bytes by broadcast.
+
+Neither side touches the process's default group (a vLLM worker already has one of its own),
+so the group is built from the store directly. A loopback rendezvous address keeps the
+connection on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from typing import Any
+
+import torch
+
+PREFIX = "mindrl-weights"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def open_store(host: str, port: int, world_size: int, *, master: bool, timeout_s: float) -> Any:
+    """The rendezvous store; the master binds `host:port` (port 0: a free port, read back
+    from ``store.port``)."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(
+        host,
+        port,
+        world_size,
+        master,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        wait_for_workers=False,
+    )
+
+
+def open_group(store: Any, rank: int, world_size: int, host: str, timeout_s: float) -> Any:
+    """A gloo group of `world_size` over `store`; blocks until every rank has joined."""
+    import torch.distributed as dist
+
+    options = dist.ProcessGroupGloo._Options()
+    options._timeout = datetime.timedelta(seconds=timeout_s)
+    device = (
+        dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")
+        if _is_loopback(host)
+        else dist.ProcessGroupGloo.create_default_device()
+    )
+    options._devices = [device]
+    return dist.ProcessGroupGloo(dist.PrefixStore(PREFIX, store), rank, world_size, options)
+
+
+def broadcast_bytes(group: Any, buffer: torch.Tensor) -> None:
+    """Rank 0's `buffer` into every other rank's (same size), in place."""
+    import torch.distributed as dist
+
+    options = dist.BroadcastOptions()
+    options.rootRank = 0
+    group.broadcast([buffer], options).wait()

@@ -1,0 +1,22 @@
+"""vLLM general plugin (entry point `vllm.general_plugins`): registers mindrl's gloo
+weight-transfer backend in every vLLM process, so a user's `vllm serve` with
+`--weight-transfer-config '{"backend": "mindrl_gloo"}'` can take mindrl's weight pushes.
+
+Loading the plugin imports nothing heavy: the engine module is named, not imported, and vLLM
+loads it when a server asks for that backend.
+"""
+
+from __future__ import annotations
+
+BACKEND = "mindrl_gloo"
+ENGINE_MODULE = "mindrl.rollout.vllm_gloo_engine"
+ENGINE_CLASS = "GlooWeightTransferEngine"
+
+
+def register() -> None:
+    """Idempotent: vLLM may load general plugins several times in one process."""
+    from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+
+    if BACKEND in WeightTransferEngineFactory._registry:
+        return
+    WeightTransferEngineFactory.register_engine(BACKEND, ENGINE_MODULE, ENGINE_CLASS)

@@ -1,0 +1,231 @@
+"""Rollout on vLLM servers the user runs (`generate_config.server`), driven from the driver.
+
+The servers take the place of a rollout worker group: the same calls (`generate`,
+`generate_async` / `collect` for the one-step-off pipeline, `load_weights` with the actor's
+packed buckets), so the loop does not know which it talks to. A step's prompts are spread over
+the servers that answer; weights go to each server over its own gloo link
+(`rollout.server_weights`) with a version each server must report back. A server that fails
+stops the run (`on_failure: stop`) or is dropped, its prompts going to the others
+(`continue`); the error always names the server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from mindrl.rollout.rows import RolloutRow, rollout_rows
+from mindrl.rollout.server_client import RolloutServerError, VLLMServerClient
+from mindrl.rollout.server_weights import ServerWeightLink
+
+if TYPE_CHECKING:
+    from mindrl.config.generate import RolloutServerConfig
+    from mindrl.rollout.base import RolloutSampling
+    from mindrl.workers.facades import ActorGroup
+
+logger = logging.getLogger("mindrl.rollout")
+TOKENIZER_PROBE = "Solve 12 + 30 = ? Answer: 42. The quick brown fox, naïve café."
+
+
+def split_prompts(n_prompts: int, n_servers: int) -> list[range]:
+    """Contiguous, near-equal prompt ranges, one per server (the first ones take the extra)."""
+    base, extra = divmod(n_prompts, n_servers)
+    out, start = [], 0
+    for i in range(n_servers):
+        size = base + (1 if i < extra else 0)
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+class ServerRolloutGroup:
+    """The rollout role on external vLLM servers."""
+
+    def __init__(self, cfg: RolloutServerConfig, needed_len: int, tokenizer: Any) -> None:
+        self.cfg = cfg
+        self.needed_len = needed_len  # max prompt + max response tokens
+        self.tokenizer = tokenizer  # the actor's: prompts travel as its token ids
+        self.live = [VLLMServerClient(a, cfg.timeout) for a in cfg.addresses()]
+        self.links: dict[str, ServerWeightLink] = {}
+        self.version = 0  # weight pushes so far; each server must report the last one
+        self._requests = ThreadPoolExecutor(
+            max_workers=len(self.live), thread_name_prefix="mindrl-gen"
+        )
+        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mindrl-rollout")
+
+    # -- start -------------------------------------------------------------------------
+    def start(self, actor: ActorGroup) -> None:
+        """`connect`: the actor's model is not exported, the servers load their own copy
+        (which the first weight push replaces)."""
+        del actor
+        self.connect()
+
+    def connect(self) -> None:
+        """Check each server and open its weight link; a server that fails is lost."""
+        for client in list(self.live):
+            try:
+                self._connect(client)
+            except RolloutServerError as err:
+                self._lost(client, err)
+        logger.info(
+            "rollout on %d vLLM server(s): %s", len(self.live), ", ".join(c.url for c in self.live)
+        )
+
+    def _connect(self, client: VLLMServerClient) -> None:
+        from mindrl.rollout.server_checks import server_config_notes, server_config_problems
+
+        served = client.served_model()
+        config = client.engine_config()
+        problems = server_config_problems(config)
+        if problems:
+            raise RolloutServerError(client.url, "; ".join(problems))
+        for note in server_config_notes(config):
+            logger.warning("rollout server %s %s", client.url, note)
+        max_len = (config.get("model_config") or {}).get("max_model_len")
+        if max_len is not None and max_len < self.needed_len:
+            raise RolloutServerError(
+                client.url,
+                f"serves max_model_len {max_len}, below max_prompt_length + "
+                f"sampling_config.max_tokens ({self.needed_len}); restart it with "
+                f"--max-model-len {self.needed_len} or more",
+            )
+        ours = self.tokenizer.encode(TOKENIZER_PROBE, add_special_tokens=False)
+        if client.tokenize(TOKENIZER_PROBE) != ours:
+            raise RolloutServerError(
+                client.url,
+                f"serves {served!r}, whose tokenizer differs from the actor's "
+                "(actor_config.tokenizer_name_or_path): prompts travel as token ids, so the "
+                "server must be started from the actor's model",
+            )
+        link = ServerWeightLink(client, self.cfg.weight_sync_host, self.cfg.timeout)
+        link.connect()
+        self.links[client.url] = link
+
+    def _lost(self, client: VLLMServerClient, err: RolloutServerError) -> None:
+        """Drop a failed server (`on_failure: continue`) or stop the run with its error."""
+        if self.cfg.on_failure == "stop":
+            raise err
+        if client in self.live:
+            self.live.remove(client)
+        link = self.links.pop(client.url, None)
+        if link is not None:
+            link.close()
+        if not self.live:
+            raise RolloutServerError(client.url, f"{err}; no rollout server is left") from err
+        logger.warning(
+            "%s; continuing on %d server(s) (generate_config.server.on_failure: continue)",
+            err,
+            len(self.live),
+        )
+
+    # -- weights -----------------------------------------------------------------------
+    def load_weights(self, bucket_refs: list[Any]) -> int:
+        """The actor's packed buckets (object-store refs) into every live server; bytes
+        moved per server."""
+        from mindrl.workers.weight_transfer import fetch_weight_buckets
+
+        return self.push_weights(lambda: fetch_weight_buckets(bucket_refs))
+
+    def push_weights(self, buckets: Callable[[], Iterable[list[tuple[str, Any]]]]) -> int:
+        """One update: `buckets()` (a fresh pass per server) into every live server, which
+        must then report the new version; bytes moved per server."""
+        self.version += 1
+        version = str(self.version)
+        moved = 0
+        for client in list(self.live):
+            try:
+                moved = self.links[client.url].push(buckets(), version)
+            except RolloutServerError as err:
+                self._lost(client, err)
+        return moved
+
+    def _check_versions(self) -> None:
+        """Every live server serves the weights pushed last (a restarted server does not)."""
+        if self.version == 0:
+            return
+        for client in list(self.live):
+            try:
+                served = client.weight_version()
+                if served != str(self.version):
+                    raise RolloutServerError(
+                        client.url,
+                        f"serves weights version {served!r}, the run pushed {self.version} "
+                        "(was it restarted?)",
+                    )
+            except RolloutServerError as err:
+                self._lost(client, err)
+
+    # -- generation (the RolloutGenerator calls) ----------------------------------------
+    def rollout_ranks(self) -> list[int]:
+        """One slice: the servers share it out themselves (their number may shrink)."""
+        return [0]
+
+    def generate(
+        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+    ) -> list[list[RolloutRow] | None]:
+        (prompts,) = prompts_per_rank
+        self._check_versions()
+        return [rollout_rows(self._spread(prompts, sampling))]
+
+    def _spread(self, prompts: list[list[int]], sampling: RolloutSampling) -> list[Any]:
+        """Results for every prompt, re-sending a failed server's share to the others."""
+        from mindrl.rollout.base import RolloutResult
+
+        results: list[RolloutResult] = []
+        todo = list(range(len(prompts)))
+        while todo:
+            servers = list(self.live)
+            shares = [
+                [todo[i] for i in part] for part in split_prompts(len(todo), len(servers)) if part
+            ]
+            futures = [
+                (
+                    client,
+                    share,
+                    self._requests.submit(client.complete, [prompts[i] for i in share], sampling),
+                )
+                for client, share in zip(servers, shares)
+            ]
+            todo = []
+            for client, share, future in futures:
+                try:
+                    got = future.result()
+                except RolloutServerError as err:
+                    self._lost(client, err)
+                    todo.extend(share)
+                    continue
+                results.extend(
+                    RolloutResult(
+                        share[r.prompt_index],
+                        r.sample_index,
+                        r.token_ids,
+                        r.logprobs,
+                        r.finish_reason,
+                    )
+                    for r in got
+                )
+        return sorted(results, key=lambda r: (r.prompt_index, r.sample_index))
+
+    def generate_async(
+        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+    ) -> Future:
+        """Start generating in the background (the one-step-off pipeline); `collect` waits."""
+        return self._background.submit(self.generate, prompts_per_rank, sampling)
+
+    def collect(self, pending: Future) -> list[list[RolloutRow] | None]:
+        return pending.result()
+
+    def rollout_mode(self) -> None:
+        """The servers keep their memory (vLLM sleeps only on accelerators)."""
+
+    def train_mode(self) -> None:
+        """As `rollout_mode`."""
+
+    def close(self) -> None:
+        for link in self.links.values():
+            link.close()
+        self.links.clear()
+        self._requests.shutdown(wait=False, cancel_futures=True)
+        self._background.shutdown(wait=False, cancel_futures=True)
