@@ -1,10 +1,12 @@
-"""The one-step-off pipeline's rules (`rl_config.rollout_staleness`).
+"""The off-policy rollout modes' rules: the one-step-off pipeline
+(`rl_config.rollout_staleness`) and partial rollout (`partial_rollout_max_split`).
 
 Generation overlaps training only when the engines have devices of their own: in the hybrid
 layout the actor's ranks generate, so there is nothing to overlap with. Samples one update
 old are corrected by truncated importance sampling against the engine's log-probs, on unless
 the YAML says `use_tis` itself. Staleness above 1 and DAPO's dynamic sampling (several
-generation batches per step) are not built in this mode.
+generation batches per step) are not built in this mode; partial rollout, which continues
+responses with newer weights, turns truncated importance sampling on the same way.
 """
 
 from __future__ import annotations
@@ -19,12 +21,19 @@ if TYPE_CHECKING:
 
 
 def with_pipeline_defaults(rl: RLConfig, raw_rl: Mapping[str, Any], notes: list[str]) -> RLConfig:
-    """Truncated importance sampling on in the pipeline unless `use_tis` is set in the YAML."""
-    if rl.resources.rollout_staleness < 1 or "use_tis" in raw_rl:
+    """Truncated importance sampling on when samples hold tokens of older policies (the
+    pipeline, partial rollout) unless `use_tis` is set in the YAML."""
+    if "use_tis" in raw_rl:
+        return rl
+    if rl.resources.rollout_staleness >= 1:
+        why = "rl_config.rollout_staleness: 1 trains on samples one update old"
+    elif rl.rollout_mode.partial_rollout_max_split > 1:
+        why = "rl_config.partial_rollout_max_split > 1 continues responses with newer weights"
+    else:
         return rl
     notes.append(
-        "rl_config.rollout_staleness: 1 trains on samples one update old: truncated importance "
-        "sampling against the engine's log-probs is on (use_tis: true; set use_tis to choose)"
+        f"{why}: truncated importance sampling against the engine's log-probs is on "
+        "(use_tis: true; set use_tis to choose)"
     )
     return dataclasses.replace(rl, algorithm=dataclasses.replace(rl.algorithm, use_tis=True))
 
@@ -49,5 +58,32 @@ def pipeline_problems(run: RunConfig) -> list[str]:
         out.append(
             "rl_config.rollout_staleness: 1 with DAPO's dynamic sampling (filter_groups_enable) "
             "is not built yet"
+        )
+    if run.rl.rollout_mode.partial_rollout_max_split > 1:
+        out.append(
+            "rl_config.rollout_staleness: 1 with partial rollout (partial_rollout_max_split > 1) "
+            "is not built yet"
+        )
+    return out
+
+
+def partial_rollout_problems(run: RunConfig) -> list[str]:
+    """Partial rollout's rules: a round must have a token to give, and DAPO's dynamic
+    sampling (several fresh batches per step) does not combine with a pool of partial
+    responses (not built)."""
+    splits = run.rl.rollout_mode.partial_rollout_max_split
+    if splits <= 1:
+        return []
+    out = []
+    max_tokens = run.generate.sampling_config.max_tokens
+    if max_tokens < splits:
+        out.append(
+            f"rl_config.partial_rollout_max_split: {splits} rounds cannot split "
+            f"sampling_config.max_tokens ({max_tokens}): at most max_tokens"
+        )
+    if run.filters_groups:
+        out.append(
+            "rl_config.partial_rollout_max_split > 1 with DAPO's dynamic sampling "
+            "(filter_groups_enable) is not built yet"
         )
     return out

@@ -74,9 +74,19 @@ class DapoConfig:
 class RolloutModeConfig:
     """How rollout is driven: partial rollout, the async engine, multi-turn tool calls."""
 
-    partial_rollout_max_split: int = spec(1, ge=1, fate=refused("partial rollout: not built yet"))
+    partial_rollout_max_split: int = spec(
+        1,
+        ge=1,
+        help="N > 1: partial rollout: each round gives an unfinished response max_tokens // N "
+        "more tokens, a step trains once global_batch_size prompts are complete, the rest "
+        "continue next step with the new weights (trainer/partial_rollout.py)",
+    )
     require_max_age_all_finished: bool = spec(
-        True, fate=no_effect("only partial rollout reads it (not built yet)")
+        True,
+        fate=no_effect(
+            "every unfinished response gets a round each step and its N-th round takes the "
+            "rest of max_tokens, so responses of the oldest prompts are always finished"
+        ),
     )
     async_engine: bool = spec(
         False, fate=no_effect("mindrl drives vLLM's engine synchronously, one batch per call")

@@ -15,7 +15,7 @@ from mindrl.config.errors import ConfigError
 from mindrl.config.fates import warn_once
 from mindrl.config.lora import lora_problems
 from mindrl.config.packing import packing_problems
-from mindrl.config.pipeline import pipeline_problems
+from mindrl.config.pipeline import partial_rollout_problems, pipeline_problems
 from mindrl.config.ppo import ppo_problems
 from mindrl.config.rl import MIN_VERIFIER_MEMORY_MB, AlgorithmConfig
 from mindrl.config.role import ROLE_NAMES, RoleConfig
@@ -412,6 +412,7 @@ def cross_field_problems(
     out.extend(lora_problems(run))
     out.extend(packing_problems(run))
     out.extend(pipeline_problems(run))
+    out.extend(partial_rollout_problems(run))
     out.extend(server_problems(run))
     out.extend(_validation_problems(run))
     out.extend(_reward_problems(run))

@@ -24,6 +24,7 @@ from mindrl.trainer.advantage_step import compute_step_advantages, uses_kl_in_re
 from mindrl.trainer.dynamic_sampling import rollout_and_score
 from mindrl.trainer.metrics import Timer
 from mindrl.trainer.padding_metrics import padding_metrics
+from mindrl.trainer.partial_rollout import PartialRollout
 from mindrl.trainer.pipeline import OneStepOffPipeline
 from mindrl.trainer.scoring import Scored
 from mindrl.trainer.setup import Trainer
@@ -49,15 +50,19 @@ def grpo_step(
     step: int,
     between_phases: Callable[[], None] = lambda: None,
     pipeline: OneStepOffPipeline | None = None,
+    partial: PartialRollout | None = None,
 ) -> tuple[dict[str, float], Scored]:
     """One RL step; its metrics and the scored samples. `between_phases` runs at every
     phase boundary (where a stop request ends the step). With a `pipeline` the step trains on
-    the batch generated during the previous step and starts generating the next one."""
+    the batch generated during the previous step and starts generating the next one; with
+    `partial` rollout it trains on the prompts the pool has completed."""
     roles, run, timer = t.roles, t.run, Timer()
     with timer("step"):
         if pipeline is not None:
             batch, scored, sampling_metrics = pipeline.take(step, timer, between_phases)
             pipeline.start_next(step)
+        elif partial is not None:
+            batch, scored, sampling_metrics = partial.take(step, timer, between_phases)
         else:  # one generation batch, or DAPO's dynamic sampling over several
             batch, scored, sampling_metrics = rollout_and_score(t, step, timer, between_phases)
         with timer("ref"):
@@ -93,6 +98,8 @@ def grpo_step(
             sync = sync_weights(roles)
         if pipeline is not None:
             pipeline.synced(step)
+        if partial is not None:
+            partial.synced(step)
     metrics = step_metrics(
         batch,
         scored.scores,
@@ -107,13 +114,20 @@ def grpo_step(
     return {**metrics, **sampling_metrics, **critic_metrics, **padding}, scored
 
 
-def run_state_now(t: Trainer, step: int, pipeline: OneStepOffPipeline | None = None) -> Any:
+def run_state_now(
+    t: Trainer,
+    step: int,
+    pipeline: OneStepOffPipeline | None = None,
+    partial: PartialRollout | None = None,
+) -> Any:
     """What a checkpoint of `step` records of the driver (the sampler as it was before a
-    batch in flight was drawn)."""
+    batch in flight was drawn; partial rollout's pool)."""
+    from mindrl.trainer.partial_rollout import STATE_KEY
     from mindrl.trainer.run_state import RunState
 
     sampler = pipeline.sampler_state() if pipeline else t.prompts.sampler.state_dict()
-    return RunState.capture(step, sampler, t.kl_ctrl.state_dict())
+    extra = {STATE_KEY: partial.state_dict()} if partial else None
+    return RunState.capture(step, sampler, t.kl_ctrl.state_dict(), extra)
 
 
 @dataclass
@@ -132,19 +146,33 @@ def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progres
     if loop.val_only:
         return
     pipeline = OneStepOffPipeline(t) if t.run.rl.resources.rollout_staleness else None
+    partial = partial_rollout(t)
     for step in range(t.start_step, t.total_steps):
         between_phases()
-        metrics, scored = grpo_step(t, step, between_phases, pipeline)
+        metrics, scored = grpo_step(t, step, between_phases, pipeline, partial)
         t.metrics.log(step + 1, metrics)
         progress.completed = step + 1
         if t.run.rl.logging.log_completions:
             t.metrics.log_completions(step + 1, scored.completions)
         if t.checkpoints.due(step + 1):
-            state = run_state_now(t, step + 1, pipeline)
+            state = run_state_now(t, step + 1, pipeline, partial)
             t.checkpoints.save(step + 1, t.roles.actor, state, t.roles.critic)
         if validation_due(t, step + 1):
             _log_validation(t, step + 1)
     export_final(t.run, t.roles.actor)
+
+
+def partial_rollout(t: Trainer) -> PartialRollout | None:
+    """Partial rollout's pool (`partial_rollout_max_split` > 1), as a resumed checkpoint left
+    it."""
+    from mindrl.trainer.partial_rollout import STATE_KEY
+
+    if t.run.rl.rollout_mode.partial_rollout_max_split <= 1:
+        return None
+    partial = PartialRollout(t)
+    if STATE_KEY in t.resumed_extra:
+        partial.load_state_dict(t.resumed_extra[STATE_KEY])
+    return partial
 
 
 def _log_validation(t: Trainer, step: int) -> None:

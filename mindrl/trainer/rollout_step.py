@@ -69,6 +69,17 @@ def generate_batch(
     return rows_to_batch(records, prompts, chunks, slices, rows_by_rank, pad_id)
 
 
+def generate_rows(
+    generator: RolloutGenerator, prompts: list[list[int]], sampling: RolloutSampling
+) -> list[RolloutRow]:
+    """`sampling.n` rows per prompt, in prompt order, one slice per generating rank (the
+    caller puts the generator in rollout mode)."""
+    slices = generator.rollout_ranks()
+    chunks = split_evenly(prompts, max(slices) + 1)
+    rows_by_rank = generator.generate([list(chunks[s]) for s in slices], sampling)
+    return assemble_rollouts([len(c) for c in chunks], slices, rows_by_rank)
+
+
 def spread_prompts(
     generator: RolloutGenerator, records: Sequence[Any]
 ) -> tuple[list[list[int]], list[Sequence[list[int]]], list[int]]:

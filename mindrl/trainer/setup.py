@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,7 @@ class Trainer:
     metrics: MetricsLogger
     checkpoints: CheckpointWriter
     start_step: int
+    resumed_extra: dict[str, Any] = field(default_factory=dict)  # the checkpoint's RunState.extra
 
     @property
     def total_steps(self) -> int:
@@ -192,4 +193,5 @@ def setup(run: RunConfig, raw: dict[str, Any]) -> Iterator[Trainer]:
             metrics=metrics,
             checkpoints=CheckpointWriter(run),
             start_step=start_step,
+            resumed_extra=dict(resume.state.extra) if resume else {},
         )

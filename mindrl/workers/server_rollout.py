@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from mindrl.rollout.rows import RolloutRow, rollout_rows
@@ -26,7 +27,15 @@ if TYPE_CHECKING:
     from mindrl.workers.facades import ActorGroup
 
 logger = logging.getLogger("mindrl.rollout")
+REQUESTS_IN_FLIGHT = 64  # per server: vLLM batches the requests it holds at once
 TOKENIZER_PROBE = "Solve 12 + 30 = ? Answer: 42. The quick brown fox, naïve café."
+
+
+def prompt_sampling(sampling: RolloutSampling, index: int) -> RolloutSampling:
+    """The sampling of a call's `index`-th prompt: its own seed when the call has one."""
+    if sampling.seed is None:
+        return sampling
+    return replace(sampling, seed=(sampling.seed * 1_000_003 + index) % (1 << 63))
 
 
 def split_prompts(n_prompts: int, n_servers: int) -> list[range]:
@@ -51,7 +60,7 @@ class ServerRolloutGroup:
         self.links: dict[str, ServerWeightLink] = {}
         self.version = 0  # weight pushes so far; each server must report the last one
         self._requests = ThreadPoolExecutor(
-            max_workers=len(self.live), thread_name_prefix="mindrl-gen"
+            max_workers=REQUESTS_IN_FLIGHT * len(self.live), thread_name_prefix="mindrl-gen"
         )
         self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mindrl-rollout")
 
@@ -170,40 +179,37 @@ class ServerRolloutGroup:
         return [rollout_rows(self._spread(prompts, sampling))]
 
     def _spread(self, prompts: list[list[int]], sampling: RolloutSampling) -> list[Any]:
-        """Results for every prompt, re-sending a failed server's share to the others."""
+        """Results for every prompt, one request each (vLLM gives every prompt of a request
+        the request's seed: identical prompts would sample alike), each with its own seed
+        from the call's, whichever server takes it; a failed server's prompts are re-sent."""
         from mindrl.rollout.base import RolloutResult
 
         results: list[RolloutResult] = []
         todo = list(range(len(prompts)))
         while todo:
             servers = list(self.live)
-            shares = [
-                [todo[i] for i in part] for part in split_prompts(len(todo), len(servers)) if part
-            ]
             futures = [
                 (
                     client,
-                    share,
-                    self._requests.submit(client.complete, [prompts[i] for i in share], sampling),
+                    i,
+                    self._requests.submit(
+                        client.complete, [prompts[i]], prompt_sampling(sampling, i)
+                    ),
                 )
-                for client, share in zip(servers, shares)
+                for part, client in zip(split_prompts(len(todo), len(servers)), servers)
+                for i in (todo[k] for k in part)
             ]
             todo = []
-            for client, share, future in futures:
+            for client, i, future in futures:
                 try:
                     got = future.result()
                 except RolloutServerError as err:
-                    self._lost(client, err)
-                    todo.extend(share)
+                    if client in self.live:
+                        self._lost(client, err)
+                    todo.append(i)
                     continue
                 results.extend(
-                    RolloutResult(
-                        share[r.prompt_index],
-                        r.sample_index,
-                        r.token_ids,
-                        r.logprobs,
-                        r.finish_reason,
-                    )
+                    RolloutResult(i, r.sample_index, r.token_ids, r.logprobs, r.finish_reason)
                     for r in got
                 )
         return sorted(results, key=lambda r: (r.prompt_index, r.sample_index))

@@ -441,7 +441,6 @@ def test_a_dashed_key_is_read_as_mindspeed_does():
 
 
 REFUSED = [
-    ("rl_config.partial_rollout_max_split=2", "partial rollout: not built yet"),
     ("rl_config.share_backbone=true", "the shared backbone can only be used with LoRA"),
     ("rl_config.multi_turn_enable=true", "multi-turn"),
     ("rl_config.tp_split_expert=true", "expert-parallel rollout): not built yet"),

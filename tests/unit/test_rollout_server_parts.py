@@ -15,6 +15,7 @@ import torch
 
 from mindrl.config import load_run_config
 from mindrl.config.errors import ConfigError
+from mindrl.rollout.base import RolloutSampling
 from mindrl.rollout.gloo_link import broadcast_bytes, open_group, open_store
 from mindrl.rollout.server_checks import server_config_notes, server_config_problems
 from mindrl.rollout.server_client import (
@@ -24,7 +25,7 @@ from mindrl.rollout.server_client import (
     normalize_url,
 )
 from mindrl.rollout.weight_wire import BucketLayout, pack_bucket, unpack_bucket
-from mindrl.workers.server_rollout import split_prompts
+from mindrl.workers.server_rollout import prompt_sampling, split_prompts
 
 SERVER = ["+generate_config.server.host=127.0.0.1", "+generate_config.server.port=8000"]
 
@@ -155,6 +156,13 @@ def test_completion_choices_become_results_in_prompt_then_sample_order():
     del reply["choices"][0]["token_ids"]
     with pytest.raises(RolloutServerError, match="no token ids"):
         completion_results("u", reply, n_prompts=2, n=2)
+
+
+def test_each_prompt_gets_its_own_seed_whichever_server_takes_it():
+    seeded = RolloutSampling(n=2, seed=5)
+    seeds = [prompt_sampling(seeded, i).seed for i in range(4)]
+    assert len(set(seeds)) == 4 and seeds == [prompt_sampling(seeded, i).seed for i in range(4)]
+    assert prompt_sampling(RolloutSampling(seed=None), 3).seed is None
 
 
 def test_prompts_split_evenly_over_the_servers():
