@@ -63,11 +63,31 @@ def meaning_lines(run: RunConfig) -> list[str]:
             else "ref_config"
         )
     lines.append(f"reference model: {ref}")
+    lines.append(f"rollout: {rollout_line(run)}")
     stage = dapo_line(run)
     if stage:
         lines.append(stage)
     lines.extend(run.notes)
     return lines
+
+
+def rollout_line(run: RunConfig) -> str:
+    """Where samples are generated, and how far behind the policy they may be."""
+    res, splits = run.rl.resources, run.rl.rollout_mode.partial_rollout_max_split
+    if run.generate.server is not None:
+        where = (
+            f"on vLLM server(s) {', '.join(run.generate.server.addresses())} "
+            f"(generate_config.server, on_failure: {run.generate.server.on_failure})"
+        )
+    elif res.rollout_resource is not None:
+        where = f"on {res.rollout_resource.num_npus} device(s) of its own (rollout_resource)"
+    else:
+        where = "on the actor's devices (hybrid engine)"
+    if res.rollout_staleness:
+        where += "; one step off-policy (rollout_staleness: 1)"
+    if splits > 1:
+        where += f"; partial, responses in up to {splits} rounds (partial_rollout_max_split)"
+    return where
 
 
 def dapo_line(run: RunConfig) -> str | None:

@@ -232,3 +232,13 @@ def test_a_server_run_has_no_engines_of_its_own_and_can_pipeline():
 def test_bad_server_settings_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_run_config("grpo_tiny_cpu", overrides)
+
+
+def test_the_dry_run_says_where_rollout_runs():
+    from mindrl.config.meaning import rollout_line
+
+    run, _ = load_run_config("grpo_tiny_cpu", [*SERVER, "rl_config.partial_rollout_max_split=4"])
+    line = rollout_line(run)
+    assert "vLLM server(s) 127.0.0.1:8000" in line and "up to 4 rounds" in line
+    plain, _ = load_run_config("grpo_tiny_cpu")
+    assert rollout_line(plain) == "on the actor's devices (hybrid engine)"
