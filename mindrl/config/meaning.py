@@ -64,11 +64,26 @@ def meaning_lines(run: RunConfig) -> list[str]:
         )
     lines.append(f"reference model: {ref}")
     lines.append(f"rollout: {rollout_line(run)}")
+    lines.append(f"precision: {precision_line(run)}")
     stage = dapo_line(run)
     if stage:
         lines.append(stage)
     lines.extend(run.notes)
     return lines
+
+
+def precision_line(run: RunConfig) -> str:
+    """Each phase's precision; on a CPU, also whether bf16 is this machine's fast path."""
+    training = run.actor.precision.params_dtype
+    if training != "fp32":
+        training += " (megatron's mixed precision: fp32 master weights and Adam state)"
+    line = f"training {training}, rollout {run.generate.dtype}"
+    if run.runtime.accelerator == "cpu":  # an explicit cpu: the CPU configs
+        from mindrl.accelerator.cpu_precision import fast_cpu_precision
+
+        fast = fast_cpu_precision()
+        line += f"; {fast.reason}, its fast path is {fast.name}"
+    return line
 
 
 def rollout_line(run: RunConfig) -> str:

