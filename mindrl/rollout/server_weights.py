@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from typing import Any
 
 import torch
 
+from mindrl.rollout.daemon_calls import call_in_daemon
 from mindrl.rollout.gloo_link import broadcast_bytes, open_group, open_store
 from mindrl.rollout.server_client import RolloutServerError, VLLMServerClient
 from mindrl.rollout.vllm_plugin import BACKEND
@@ -32,7 +33,6 @@ class ServerWeightLink:
         self.timeout_s = timeout_s
         self._store: Any = None
         self._group: Any = None
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mindrl-weights")
 
     def connect(self) -> None:
         """Join the server's workers in a gloo group (the trainer is rank 0)."""
@@ -87,8 +87,8 @@ class ServerWeightLink:
         blocks until the other has joined); the collective's result. A failed HTTP call ends
         the wait at once rather than at the group's timeout."""
         start = time.monotonic()
-        request: Future = self._pool.submit(call)
-        local: Future = self._pool.submit(collective)
+        request: Future = call_in_daemon(call, name="mindrl-weights-http")
+        local: Future = call_in_daemon(collective, name="mindrl-weights-gloo")
         done, _ = wait([request, local], timeout=self.timeout_s, return_when=FIRST_EXCEPTION)
         for future in (request, local):
             if future in done and future.exception() is not None:
@@ -108,4 +108,3 @@ class ServerWeightLink:
     def close(self) -> None:
         self._group = None
         self._store = None
-        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -12,11 +12,13 @@ stops the run (`on_failure: stop`) or is dropped, its prompts going to the other
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from mindrl.rollout.daemon_calls import call_in_daemon
 from mindrl.rollout.rows import RolloutRow, rollout_rows
 from mindrl.rollout.server_client import RolloutServerError, VLLMServerClient
 from mindrl.rollout.server_weights import ServerWeightLink
@@ -59,10 +61,8 @@ class ServerRolloutGroup:
         self.live = [VLLMServerClient(a, cfg.timeout) for a in cfg.addresses()]
         self.links: dict[str, ServerWeightLink] = {}
         self.version = 0  # weight pushes so far; each server must report the last one
-        self._requests = ThreadPoolExecutor(
-            max_workers=REQUESTS_IN_FLIGHT * len(self.live), thread_name_prefix="mindrl-gen"
-        )
-        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mindrl-rollout")
+        # requests in flight per server (vLLM batches the ones it holds)
+        self._slots = {c.url: threading.Semaphore(REQUESTS_IN_FLIGHT) for c in self.live}
 
     # -- start -------------------------------------------------------------------------
     def start(self, actor: ActorGroup) -> None:
@@ -192,8 +192,12 @@ class ServerRolloutGroup:
                 (
                     client,
                     i,
-                    self._requests.submit(
-                        client.complete, [prompts[i]], prompt_sampling(sampling, i)
+                    call_in_daemon(
+                        client.complete,
+                        [prompts[i]],
+                        prompt_sampling(sampling, i),
+                        name="mindrl-generate",
+                        limit=self._slots[client.url],
                     ),
                 )
                 for part, client in zip(split_prompts(len(todo), len(servers)), servers)
@@ -218,7 +222,7 @@ class ServerRolloutGroup:
         self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
     ) -> Future:
         """Start generating in the background (the one-step-off pipeline); `collect` waits."""
-        return self._background.submit(self.generate, prompts_per_rank, sampling)
+        return call_in_daemon(self.generate, prompts_per_rank, sampling, name="mindrl-rollout")
 
     def collect(self, pending: Future) -> list[list[RolloutRow] | None]:
         return pending.result()
@@ -233,5 +237,3 @@ class ServerRolloutGroup:
         for link in self.links.values():
             link.close()
         self.links.clear()
-        self._requests.shutdown(wait=False, cancel_futures=True)
-        self._background.shutdown(wait=False, cancel_futures=True)

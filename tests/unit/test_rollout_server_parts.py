@@ -242,3 +242,27 @@ def test_the_dry_run_says_where_rollout_runs():
     assert "vLLM server(s) 127.0.0.1:8000" in line and "up to 4 rounds" in line
     plain, _ = load_run_config("grpo_tiny_cpu")
     assert rollout_line(plain) == "on the actor's devices (hybrid engine)"
+
+
+def test_daemon_calls_answer_through_futures_and_never_hold_the_exit():
+    import subprocess
+    import sys
+
+    from mindrl.rollout.daemon_calls import call_in_daemon
+
+    assert call_in_daemon(sum, [1, 2, 3]).result(timeout=30) == 6
+    with pytest.raises(ZeroDivisionError):
+        call_in_daemon(divmod, 1, 0).result(timeout=30)
+    one_at_a_time = threading.Semaphore(1)
+    order: list[int] = []
+    futures = [call_in_daemon(order.append, i, limit=one_at_a_time) for i in range(5)]
+    for future in futures:
+        future.result(timeout=30)
+    assert sorted(order) == list(range(5))
+    # a call blocked for an hour (a dead server's request) does not keep the process alive
+    code = (
+        "import time; from mindrl.rollout.daemon_calls import call_in_daemon; "
+        "call_in_daemon(time.sleep, 3600); print('exiting')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "exiting" in done.stdout
