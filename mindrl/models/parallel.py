@@ -52,9 +52,16 @@ def _env_int(name: str, default: int) -> int:
 
 
 def rendezvous_store(
-    master_addr: str, master_port: int, rank: int, world_size: int, timeout: timedelta
+    master_addr: str,
+    master_port: int,
+    rank: int,
+    world_size: int,
+    timeout: timedelta,
+    *,
+    wait_for_workers: bool = True,
 ) -> Any:
-    """torch's TCPStore for the rendezvous, listening on `master_addr` only.
+    """torch's TCPStore for the rendezvous, listening on `master_addr` only (port 0: a free
+    one, `store.port`). Without `wait_for_workers` rank 0 returns before the others join.
 
     `init_method="tcp://..."` makes rank 0's store listen on every interface; here rank 0
     binds the socket itself (the master address: loopback on one machine, the node's
@@ -70,6 +77,7 @@ def rendezvous_store(
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((master_addr, master_port))
+    master_port = sock.getsockname()[1]  # port 0 asked for a free one: the store reports it
     sock.listen(max(world_size, 16))
     store = dist.TCPStore(
         master_addr,
@@ -77,6 +85,7 @@ def rendezvous_store(
         world_size,
         is_master=True,
         timeout=timeout,
+        wait_for_workers=wait_for_workers,
         master_listen_fd=sock.fileno(),
     )
     _LISTEN_SOCKETS.append(sock)  # the store serves from this socket: keep it open

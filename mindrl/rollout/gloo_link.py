@@ -2,8 +2,8 @@
 rollout server's workers meet over a TCPStore and exchange weight bytes by broadcast.
 
 Neither side touches the process's default group (a vLLM worker already has one of its own),
-so the group is built from the store directly. A loopback rendezvous address keeps the
-connection on 127.0.0.1.
+so the group is built from the store directly. The store listens on the rendezvous address
+only, and a loopback address keeps the group's connections on 127.0.0.1 too.
 """
 
 from __future__ import annotations
@@ -27,18 +27,14 @@ def _is_loopback(host: str) -> bool:
 
 
 def open_store(host: str, port: int, world_size: int, *, master: bool, timeout_s: float) -> Any:
-    """The rendezvous store; the master binds `host:port` (port 0: a free port, read back
-    from ``store.port``)."""
-    import torch.distributed as dist
+    """The rendezvous store; the master listens on `host` only (port 0: a free port, read
+    back from ``store.port``), as the training ranks' store does (`rendezvous_store`)."""
+    from mindrl.models.parallel import rendezvous_store
 
-    return dist.TCPStore(
-        host,
-        port,
-        world_size,
-        master,
-        timeout=datetime.timedelta(seconds=timeout_s),
-        wait_for_workers=False,
-    )
+    rank = 0 if master else 1
+    timeout = datetime.timedelta(seconds=timeout_s)
+    # the trainer's store opens first: the servers learn its port from the join request
+    return rendezvous_store(host, port, rank, world_size, timeout, wait_for_workers=False)
 
 
 def open_group(store: Any, rank: int, world_size: int, host: str, timeout_s: float) -> Any:

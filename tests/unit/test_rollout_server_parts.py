@@ -57,8 +57,16 @@ def test_a_bucket_whose_bytes_do_not_match_its_layout_is_refused():
         BucketLayout(["a"], ["nonsense"], [[1]]).nbytes()
 
 
-def test_the_gloo_link_broadcasts_bytes_between_two_ranks():
+def test_the_gloo_link_listens_on_loopback_and_broadcasts_bytes_between_two_ranks():
+    import psutil
+
     store = open_store("127.0.0.1", 0, 2, master=True, timeout_s=30)
+    listening = [
+        c.laddr.ip
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == store.port
+    ]
+    assert listening == ["127.0.0.1"]  # loopback only, not every interface
     payload = torch.arange(1000, dtype=torch.int32).view(torch.uint8)
     received = torch.zeros_like(payload)
     errors: list[BaseException] = []
