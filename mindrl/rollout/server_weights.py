@@ -73,7 +73,7 @@ class ServerWeightLink:
                     "cause: a server started on a model of other shapes fails here)"
                 ),
             )
-            sent += flat.numel()
+            sent += sum(layout.sizes())  # the tensors' bytes, not the alignment padding
         self.client.request("/finish_weight_update", {"weight_version": version})
         served = self.client.weight_version()
         if served != version:
