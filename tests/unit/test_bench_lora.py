@@ -130,7 +130,7 @@ def test_a_failed_run_stops_the_bench(tmp_path, monkeypatch):
     monkeypatch.setattr(
         lora,
         "train_command",
-        lambda config, overrides: [sys.executable, "-c", "raise SystemExit(2)"],
+        lambda config, overrides, script: [sys.executable, "-c", "raise SystemExit(2)"],
     )
     with pytest.raises(SystemExit, match="exit code 2"):
         lora.run_one("full", "cfg", [], Path(tmp_path) / "full", timeout_s=60)

@@ -76,8 +76,10 @@ def lora_overrides(rank: int, alpha: int, lr: float) -> list[str]:
     ]
 
 
-def train_command(config: str, overrides: list[str]) -> list[str]:
-    return [sys.executable, "cli/train_grpo.py", "--config-name", config, *overrides]
+def train_command(
+    config: str, overrides: list[str], script: str = "cli/train_grpo.py"
+) -> list[str]:
+    return [sys.executable, script, "--config-name", config, *overrides]
 
 
 def parse_metrics(text: str) -> list[dict[str, Any]]:
@@ -209,9 +211,17 @@ class Contention:
         return ca + (cb - ca) * (t - ta) / (tb - ta)
 
 
-def run_one(name: str, config: str, overrides: list[str], out_dir: Path, timeout_s: float) -> dict:
-    """One training run in its own process tree; its metrics, log line and peak memory."""
-    cmd = train_command(config, overrides)
+def run_one(
+    name: str,
+    config: str,
+    overrides: list[str],
+    out_dir: Path,
+    timeout_s: float,
+    script: str = "cli/train_grpo.py",
+) -> dict:
+    """One training run (`script`) in its own process tree; its metrics, log line and peak
+    memory."""
+    cmd = train_command(config, overrides, script)
     start = time.perf_counter()
     contention = Contention()
     try:
