@@ -21,6 +21,11 @@ mean over every generated batch, filtered groups included), response length, gen
 batches per step (DAPO), seconds per step and the run's wall time. The machine's load is
 recorded (wall times are only comparable at similar load). Writes the JSON report; the last
 line is the summary: held-out before -> after per algorithm.
+
+`--reuse NAME=DIR` takes an algorithm's earlier run (its output folder, e.g. a longer run of
+the same command that was stopped) instead of running it again: its first `--steps` steps
+and validations are the same numbers a run of `--steps` steps gives (constant learning rate,
+data order by seed); its wall time is then the span of its logged records up to that step.
 """
 
 from __future__ import annotations
@@ -60,14 +65,27 @@ def validation_overrides(val_every: int) -> list[str]:
     ]
 
 
-def read_records(metrics_file: Path) -> dict[int, dict[str, Any]]:
-    """metrics.jsonl -> {step: merged record} (validation lines share their step's)."""
+def read_records(metrics_file: Path, last_step: int | None = None) -> dict[int, dict[str, Any]]:
+    """metrics.jsonl -> {step: merged record} (validation lines share their step's), up to
+    `last_step` when given."""
     merged: dict[int, dict[str, Any]] = {}
     for line in metrics_file.read_text().splitlines():
         if line.strip():
             record = json.loads(line)
-            merged.setdefault(int(record["step"]), {}).update(record)
+            step = int(record["step"])
+            if last_step is None or step <= last_step:
+                merged.setdefault(step, {}).update(record)
     return merged
+
+
+def reuse_run(out_dir: Path, steps: int, val_every: int) -> dict[str, Any]:
+    """An earlier run's first `steps` steps, which must include the validation at `steps`."""
+    records = read_records(out_dir / "metrics.jsonl", steps)
+    if "val/score" not in records.get(steps, {}):
+        raise SystemExit(f"{out_dir}: no validation at step {steps} in its metrics.jsonl")
+    times = [r["time"] for r in records.values() if r.get("time")]
+    wall = max(times) - min(times) if times else float("nan")
+    return {"reused": str(out_dir), **describe_run(records, val_every, wall)}
 
 
 def held_out_curve(records: dict[int, dict[str, Any]]) -> dict[int, float]:
@@ -128,11 +146,14 @@ def run_algorithm(
 
 
 def run_line(name: str, r: dict[str, Any]) -> str:
-    return (
+    line = (
         f"{name}: held-out {r['held_out']}, train reward per {len(r['train_reward_windows'])} "
         f"windows {r['train_reward_windows']}, {r['s_per_step']:.1f} s/step, "
-        f"wall {r['wall_s'] / 60:.1f} min, load {r['machine']['load1_mean']:.1f}"
+        f"wall {r['wall_s'] / 60:.1f} min"
     )
+    if "machine" in r:
+        line += f", load {r['machine']['load1_mean']:.1f}"
+    return line
 
 
 def _score(value: float | None) -> str:
@@ -158,6 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "algorithms.json")
     parser.add_argument("--work-dir", type=Path, help="keep the runs' outputs here (else temp)")
     parser.add_argument(
+        "--reuse",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="take NAME's earlier run from its output folder instead of running it",
+    )
+    parser.add_argument(
         "--timeout-s", type=float, help="per run (default 900 + 300 x steps: a busy machine)"
     )
     args = parser.parse_args(argv)
@@ -167,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown algorithm(s) {unknown}; choose from {sorted(ALGORITHMS)}")
     if args.steps < 1 or args.val_every < 1 or args.steps % args.val_every:
         parser.error("--steps must be a positive multiple of --val-every (the last step scores)")
+    reuse = dict(item.split("=", 1) for item in args.reuse if "=" in item)
+    if len(reuse) != len(args.reuse) or not set(reuse) <= set(names):
+        parser.error(f"--reuse takes NAME=DIR with NAME among {names}")
 
     import tempfile
 
@@ -178,11 +209,19 @@ def main(argv: list[str] | None = None) -> int:
         work = args.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         for name in names:
-            print(f"algorithms: running {name} ({args.steps} steps) ...", flush=True)
+            verb = f"reading {reuse[name]} for" if name in reuse else "running"
+            print(f"algorithms: {verb} {name} ({args.steps} steps) ...", flush=True)
             try:
-                results[name] = run_algorithm(
-                    name, args.steps, args.val_every, work, args.timeout_s or 900 + 300 * args.steps
-                )
+                if name in reuse:
+                    results[name] = reuse_run(Path(reuse[name]), args.steps, args.val_every)
+                else:
+                    results[name] = run_algorithm(
+                        name,
+                        args.steps,
+                        args.val_every,
+                        work,
+                        args.timeout_s or 900 + 300 * args.steps,
+                    )
             except SystemExit as exc:  # run_tree's failure or timeout: keep the other runs
                 print(f"  {name}: FAILED: {exc}", flush=True)
                 results[name] = {"error": str(exc)}

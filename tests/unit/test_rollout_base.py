@@ -134,7 +134,9 @@ def test_vllm_options_from_generate_config():
     )
     opts = VLLMEngineOptions.from_config(cfg, seed=9, external_launcher=True)
     assert opts.weight_sync_bucket_bytes == 8 * 1024 * 1024
-    assert opts.cpu_kvcache_space_gb == 3
+    assert opts.cpu_kv_cache_bytes == 3 << 30
+    sized = VLLMEngineOptions.from_config(cfg, kv_cache_bytes=12345)  # the run's size wins
+    assert sized.engine_kwargs("/m", sleep_mode=False)["kv_cache_memory_bytes"] == 12345
     kwargs = opts.engine_kwargs("/m", sleep_mode=False, accelerator="cuda")
     assert kwargs == {
         "model": "/m",

@@ -403,7 +403,7 @@ def _engine_options(args: argparse.Namespace, longest_prompt: int):
         dtype=args.dtype,
         max_model_len=longest_prompt + args.max_tokens + 8,
         max_num_seqs=args.prompts,
-        cpu_kvcache_space_gb=1,
+        cpu_kv_cache_bytes=1 << 30,
         seed=0,
     )
     if args.path == "lora":

@@ -79,7 +79,7 @@ def worker(args: argparse.Namespace) -> dict:
             dtype=args.dtype,
             max_model_len=max(map(len, prompts)) + args.max_tokens + 8,
             max_num_seqs=n_seqs,
-            cpu_kvcache_space_gb=args.kv_cache_gb,
+            cpu_kv_cache_bytes=args.kv_cache_gb << 30,
             seed=0,
         )
         engine = VLLMRolloutEngine(args.model_dir, options, accelerator="cpu")
