@@ -120,7 +120,7 @@ def plan_placement(
         sets.append(run.roles)
     else:
         with_actor = res.colocate_actor_ref or res.use_integrated_worker
-        own_ref = run.ref if run.ref is not None and not run.shares_backbone else None
+        own_ref = run.ref if run.ref is not None and not run.reference_in_actor else None
         first = [run.actor] + ([own_ref] if with_actor and own_ref is not None else [])
         sets.append(first)
         sets.extend([r] for r in run.roles if all(r is not x for x in first))

@@ -56,6 +56,11 @@ def meaning_lines(run: RunConfig) -> list[str]:
     ref = "none"
     if run.shares_backbone:
         ref = "the actor's base model with its LoRA adapters off (share_backbone; no copy)"
+    elif run.reference_snapshot:
+        ref = (
+            "a snapshot of actor_config's weights in the actor's processes, swapped in for "
+            "its pass (integrated worker, reference_in_actor; no reference processes)"
+        )
     elif run.ref is not None:
         ref = (
             "built from actor_config (integrated worker), on the actor's devices"

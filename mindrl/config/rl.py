@@ -255,6 +255,11 @@ class ResourceConfig:
         help="with LoRA: the reference is the actor's own model with its adapters off (no "
         "second copy of the weights, no reference processes)",
     )
+    reference_in_actor: bool = spec(
+        False,
+        help="with use_integrated_worker: the reference is a snapshot of its weights in the "
+        "actor's processes, swapped in for its pass (no reference processes)",
+    )
     colocate_actor_ref: bool = False
     colocate_all_models: bool = False
     use_integrated_worker: bool = spec(

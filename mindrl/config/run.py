@@ -81,7 +81,7 @@ class RunConfig:
     def roles(self) -> list[RoleConfig]:
         """The roles that run processes of their own (a shared-backbone reference runs in
         the actor's)."""
-        ref = None if self.shares_backbone else self.ref
+        ref = None if self.reference_in_actor else self.ref
         return [r for r in (self.actor, ref, self.reward, self.critic) if r is not None]
 
     @property
@@ -98,6 +98,24 @@ class RunConfig:
     def shares_backbone(self) -> bool:
         """The reference is the actor's LoRA base (rl_config.share_backbone)."""
         return self.ref is not None and self.rl.resources.share_backbone and self.actor.lora.enabled
+
+    @property
+    def reference_snapshot(self) -> bool:
+        """The reference is a snapshot of its weights in the actor's processes
+        (rl_config.reference_in_actor with the integrated worker)."""
+        res = self.rl.resources
+        return (
+            self.ref is not None
+            and res.reference_in_actor
+            and res.use_integrated_worker
+            and not self.shares_backbone
+        )
+
+    @property
+    def reference_in_actor(self) -> bool:
+        """The reference's log-probs come from the actor's processes (a LoRA base or a
+        weight snapshot): it has no worker group of its own."""
+        return self.shares_backbone or self.reference_snapshot
 
     @property
     def output_dir(self) -> str:

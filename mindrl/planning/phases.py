@@ -180,6 +180,8 @@ def actor_ranks(
             ("grads", trained * GRAD_BYTES),
             ("optimizer", trained * opt_bytes),
         )
+        if shape.role == "actor" and run.reference_snapshot:  # reference_in_actor
+            state = (*state, ("reference", n * dtype))
         acts = stage_activations(shape, seq, stage, n_micro)
         train = [*state, ("activations", acts.total)]
         if stage == shape.pp - 1 and shape.role == "actor":  # the critic outputs one value
@@ -199,7 +201,7 @@ def actor_ranks(
                     "grads": gen.offload_train_grad,
                     "optimizer": gen.offload_train_optimizer,
                 }
-                kept = sum(b for name, b in state if not offloaded[name])
+                kept = sum(b for name, b in state if not offloaded.get(name, False))
             else:  # CPU: nothing to offload, and the engine stays next to training
                 kept = sum(b for _, b in state)
                 phases[0] = Phase("train", (*phases[0].parts, ("engine", engine.total)))

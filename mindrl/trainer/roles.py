@@ -20,10 +20,10 @@ from mindrl.workers.facades import (
     ActorGroup,
     CriticGroup,
     ReferenceGroup,
+    ReferenceInActor,
     RewardModelGroup,
     RolloutGenerator,
     RolloutGroup,
-    SharedBackboneReference,
 )
 from mindrl.workers.server_rollout import ServerRolloutGroup
 
@@ -38,7 +38,7 @@ class Roles:
     """The run's role facades; `generator` is whichever of them generates."""
 
     actor: ActorGroup
-    ref: ReferenceGroup | SharedBackboneReference | None
+    ref: ReferenceGroup | ReferenceInActor | None
     reward: RewardModelGroup | None  # a reward model (reward_config + reward_resource)
     rollout: RolloutGroup | ServerRolloutGroup | None  # own devices, or vLLM servers
     groups: list[WorkerGroup]
@@ -153,11 +153,11 @@ def start_roles(run: RunConfig, plan: PlacementPlan, master_addr: str | None) ->
         raise
     ref, reward, rollout, critic = (groups.get(r) for r in ("ref", "reward", "rollout", "critic"))
     actor = ActorGroup(groups["actor"])
-    reference: ReferenceGroup | SharedBackboneReference | None = None
+    reference: ReferenceGroup | ReferenceInActor | None = None
     if ref is not None:
         reference = ReferenceGroup(ref)
-    elif run.shares_backbone:
-        reference = SharedBackboneReference(actor)
+    elif run.reference_in_actor:
+        reference = ReferenceInActor(actor)
     return Roles(
         actor=actor,
         ref=reference,

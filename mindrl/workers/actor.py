@@ -18,6 +18,7 @@ from mindrl.workers.trainable import TrainableWorker
 if TYPE_CHECKING:
     from mindrl.data.batch import SampleBatch
     from mindrl.models.optimizer import TrainingOptimizer
+    from mindrl.models.weight_snapshot import WeightSnapshot
     from mindrl.rollout.base import RolloutSampling
     from mindrl.rollout.rows import RolloutRow
     from mindrl.workers.hybrid_engine import HybridEngine
@@ -33,6 +34,7 @@ class ActorWorker(TrainableWorker):
         self.opt: TrainingOptimizer | None = None
         self.updater: PolicyUpdater | None = None
         self.hybrid: HybridEngine | None = None
+        self.ref_snapshot: WeightSnapshot | None = None  # rl_config.reference_in_actor
 
     # -- set-up -----------------------------------------------------------------------------
     def init_model(self, resume_dir: str | None = None) -> dict[str, int]:
@@ -41,6 +43,8 @@ class ActorWorker(TrainableWorker):
 
         info = super().init_model(resume_dir)
         cfg = self.cfg
+        if self.run.reference_snapshot:
+            self._snapshot_reference(resumed=resume_dir is not None)
         self.opt = self.build_optimizer()
         self.updater = PolicyUpdater(
             self.model_chunks,
@@ -59,6 +63,24 @@ class ActorWorker(TrainableWorker):
         if self.with_rollout:
             self._build_hybrid_engine()
         return {**info, **self._parameter_counts()}
+
+    def _snapshot_reference(self, resumed: bool) -> None:
+        """The reference's weights, kept beside the actor's (rl_config.reference_in_actor).
+        They are what a reference worker would load (the integrated reference loads
+        actor_config.load): on a fresh start the weights just loaded; when resuming, loaded
+        here before the checkpoint replaces them."""
+        import logging
+
+        from mindrl.models.weight_snapshot import WeightSnapshot
+
+        assert self.run.ref is not None
+        if resumed:
+            self.load_weights(self.run.ref.ckpt.load)
+        self.ref_snapshot = WeightSnapshot(self.model_chunks)
+        logging.getLogger(__name__).info(
+            "reference: a %.2f GiB snapshot of the weights in this process",
+            self.ref_snapshot.nbytes / (1 << 30),
+        )
 
     def _parameter_counts(self) -> dict[str, int]:
         """Trainable and all parameters of the whole model (summed over TP / PP)."""
@@ -113,8 +135,11 @@ class ActorWorker(TrainableWorker):
         )
 
     def compute_ref_log_prob(self, batch: SampleBatch) -> Any:
-        """The shared-backbone reference (rl_config.share_backbone): log-probs of the base
-        model, i.e. this model with its LoRA adapters off."""
+        """The reference held here: the weight snapshot swapped in (reference_in_actor), or
+        the shared backbone (share_backbone: this model with its LoRA adapters off)."""
+        if self.ref_snapshot is not None:
+            with self.ref_snapshot.swapped_in():
+                return self.compute_log_prob(batch, "ref")
         from mindrl.models.lora import adapters_disabled
 
         with adapters_disabled(self.model_chunks):

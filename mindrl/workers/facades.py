@@ -130,15 +130,16 @@ class ReferenceGroup:
         return _log_probs(self.group, batch)
 
 
-class SharedBackboneReference:
-    """The reference as the actor's LoRA base (rl_config.share_backbone): its log-probs are
-    the actor's with the adapters off, in the actor's processes (no model of its own)."""
+class ReferenceInActor:
+    """The reference in the actor's processes (no model of its own): the actor's LoRA base
+    (rl_config.share_backbone, adapters off) or a snapshot of its weights swapped in for the
+    pass (rl_config.reference_in_actor)."""
 
     def __init__(self, actor: ActorGroup) -> None:
         self.actor = actor
 
     def init_model(self) -> None:
-        """Nothing to build: the actor's model is the reference."""
+        """Nothing to build: the actor's model (and its snapshot) is the reference."""
 
     def log_probs(self, batch: SampleBatch) -> torch.Tensor:
         return _log_probs(self.actor.group, batch, ActorWorker.compute_ref_log_prob)

@@ -67,9 +67,7 @@ def test_local_rank_outside_the_visible_devices_is_an_error():
     assert visible_local_rank(0, []) == 0
 
 
-def test_cpu_environment_is_unchanged_but_for_the_legacy_kv_cache_variable(
-    caplog, monkeypatch
-):
+def test_cpu_environment_is_unchanged_but_for_the_legacy_kv_cache_variable(caplog, monkeypatch):
     env = {"LOCAL_RANK": "3", "CUDA_VISIBLE_DEVICES": "3", "ASCEND_RT_VISIBLE_DEVICES": "3"}
     assert CPUPlatform().environment(env) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     assert "VLLM_CPU_KVCACHE_SPACE" not in caplog.text
