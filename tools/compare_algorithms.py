@@ -13,7 +13,8 @@ a fresh process tree:
   gspo  cli/train_grpo.py --config-name gspo_smollm2_cpu   (sequence-level ratio and clip)
 All train on the same prompt store with the config's seed (1234) and are validated on the
 64 held-out problems of `${asset:smollm2_prompts_val}` (two three-digit terms; the training
-store has one- and two-digit terms), greedy, scored by lenient_acc: before step 1
+store has one- and two-digit terms), greedy, and the table reads their lenient_acc accuracy
+(`val/lenient_acc_rewards/mean`; DAPO's `val/score` adds its overlong shaping): before step 1
 (`val_before_train`) and every `--val-every` steps. No step checkpoints are written.
 
 Per run: the held-out score at each validation, the training reward per step (for DAPO the
@@ -54,6 +55,8 @@ ALGORITHMS = {
     "gspo": Algorithm("cli/train_grpo.py", "gspo_smollm2_cpu"),
 }
 HELD_OUT = "${asset:smollm2_prompts_val}"
+# accuracy, not val/score: DAPO's score includes its overlong shaping (-0.31 before training)
+HELD_OUT_METRIC = "val/lenient_acc_rewards/mean"
 
 
 def validation_overrides(val_every: int) -> list[str]:
@@ -81,7 +84,7 @@ def read_records(metrics_file: Path, last_step: int | None = None) -> dict[int, 
 def reuse_run(out_dir: Path, steps: int, val_every: int) -> dict[str, Any]:
     """An earlier run's first `steps` steps, which must include the validation at `steps`."""
     records = read_records(out_dir / "metrics.jsonl", steps)
-    if "val/score" not in records.get(steps, {}):
+    if HELD_OUT_METRIC not in records.get(steps, {}):
         raise SystemExit(f"{out_dir}: no validation at step {steps} in its metrics.jsonl")
     times = [r["time"] for r in records.values() if r.get("time")]
     wall = max(times) - min(times) if times else float("nan")
@@ -89,8 +92,12 @@ def reuse_run(out_dir: Path, steps: int, val_every: int) -> dict[str, Any]:
 
 
 def held_out_curve(records: dict[int, dict[str, Any]]) -> dict[int, float]:
-    """{step: val/score}; step 0 is before training."""
-    return {step: float(r["val/score"]) for step, r in sorted(records.items()) if "val/score" in r}
+    """{step: held-out accuracy}; step 0 is before training."""
+    return {
+        step: float(r[HELD_OUT_METRIC])
+        for step, r in sorted(records.items())
+        if HELD_OUT_METRIC in r
+    }
 
 
 def step_series(records: dict[int, dict[str, Any]], key: str) -> list[float | None]:

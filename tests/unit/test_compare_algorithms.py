@@ -36,7 +36,7 @@ def _write(path, records):
 
 
 def test_describe_run_reads_the_held_out_curve_and_training_windows(tmp_path):
-    records = [{"step": 0, "val/score": 0.03125}]
+    records = [{"step": 0, compare.HELD_OUT_METRIC: 0.03125, "val/score": -0.3}]
     for step in range(1, 5):
         records.append(
             {
@@ -48,7 +48,7 @@ def test_describe_run_reads_the_held_out_curve_and_training_windows(tmp_path):
             }
         )
         if step % 2 == 0:
-            records.append({"step": step, "val/score": 0.05 * step})
+            records.append({"step": step, compare.HELD_OUT_METRIC: 0.05 * step})
     _write(tmp_path / "metrics.jsonl", records)
 
     out = compare.describe_run(compare.read_records(tmp_path / "metrics.jsonl"), 2, 99.0)
@@ -65,7 +65,7 @@ def test_describe_run_reads_the_held_out_curve_and_training_windows(tmp_path):
 
 
 def test_a_run_without_a_validation_after_training_has_no_after_score():
-    out = compare.describe_run({0: {"step": 0, "val/score": 0.5}}, 10, 1.0)
+    out = compare.describe_run({0: {"step": 0, compare.HELD_OUT_METRIC: 0.5}}, 10, 1.0)
     assert out["held_out_before"] == 0.5 and out["held_out_after"] is None
     assert out["steps_run"] == 0 and out["s_per_step"] is None
 
@@ -78,16 +78,16 @@ def test_steps_must_end_on_a_validation():
 
 
 def test_the_summary_names_a_missing_score():
-    run = compare.describe_run({0: {"step": 0, "val/score": 0.5}}, 10, 1.0)
+    run = compare.describe_run({0: {"step": 0, compare.HELD_OUT_METRIC: 0.5}}, 10, 1.0)
     assert compare.summary_line({"gspo": run}) == "algorithms: held_out gspo=0.500->?"
 
 
 def test_a_reused_run_is_cut_at_the_steps_asked_for(tmp_path):
-    records = [{"step": 0, "val/score": 0.1, "time": 100.0}]
+    records = [{"step": 0, compare.HELD_OUT_METRIC: 0.1, "time": 100.0}]
     for step in range(1, 7):
         records.append({"step": step, "timing/step": 2.0, "grpo/score": 0.5, "time": 100.0 + step})
         if step % 2 == 0:
-            records.append({"step": step, "val/score": step / 8, "time": 100.5 + step})
+            records.append({"step": step, compare.HELD_OUT_METRIC: step / 8, "time": 100.5 + step})
     _write(tmp_path / "metrics.jsonl", records)
 
     out = compare.reuse_run(tmp_path, 4, 2)
