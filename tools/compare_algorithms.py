@@ -17,8 +17,9 @@ store has one- and two-digit terms), greedy, and the table reads their lenient_a
 (`val/lenient_acc_rewards/mean`; DAPO's `val/score` adds its overlong shaping): before step 1
 (`val_before_train`) and every `--val-every` steps. No step checkpoints are written.
 
-Per run: the held-out score at each validation, the training reward per step (for DAPO the
-mean over every generated batch, filtered groups included), response length, generation
+Per run: the held-out accuracy at each validation, the training accuracy per step
+(`lenient_acc_rewards/mean`; for DAPO the mean over every generated batch, filtered groups
+included), response length, generation
 batches per step (DAPO), seconds per step and the run's wall time. The machine's load is
 recorded (wall times are only comparable at similar load). Writes the JSON report; the last
 line is the summary: held-out before -> after per algorithm.
@@ -57,6 +58,7 @@ ALGORITHMS = {
 HELD_OUT = "${asset:smollm2_prompts_val}"
 # accuracy, not val/score: DAPO's score includes its overlong shaping (-0.31 before training)
 HELD_OUT_METRIC = "val/lenient_acc_rewards/mean"
+TRAIN_METRIC = "lenient_acc_rewards/mean"  # on the training samples (grpo/score: + shaping)
 
 
 def validation_overrides(val_every: int) -> list[str]:
@@ -120,7 +122,7 @@ def describe_run(
     """What the table needs from one run's metrics."""
     curve = held_out_curve(records)
     steps = step_series(records, "timing/step")
-    rewards = step_series(records, "grpo/score")
+    rewards = step_series(records, TRAIN_METRIC)
     return {
         "held_out": curve,
         "held_out_before": curve.get(0),

@@ -42,7 +42,8 @@ def test_describe_run_reads_the_held_out_curve_and_training_windows(tmp_path):
             {
                 "step": step,
                 "timing/step": 10.0 + step,
-                "grpo/score": 0.1 * step,
+                compare.TRAIN_METRIC: 0.1 * step,
+                "grpo/score": -1.0,
                 "response_length/mean": 40.0 - step,
                 "train/num_gen_batches": 1.0 + (step == 1),
             }
@@ -85,7 +86,9 @@ def test_the_summary_names_a_missing_score():
 def test_a_reused_run_is_cut_at_the_steps_asked_for(tmp_path):
     records = [{"step": 0, compare.HELD_OUT_METRIC: 0.1, "time": 100.0}]
     for step in range(1, 7):
-        records.append({"step": step, "timing/step": 2.0, "grpo/score": 0.5, "time": 100.0 + step})
+        records.append(
+            {"step": step, "timing/step": 2.0, compare.TRAIN_METRIC: 0.5, "time": 100.0 + step}
+        )
         if step % 2 == 0:
             records.append({"step": step, compare.HELD_OUT_METRIC: step / 8, "time": 100.5 + step})
     _write(tmp_path / "metrics.jsonl", records)
