@@ -17,6 +17,7 @@ from mindrl.config.lora import lora_problems
 from mindrl.config.packing import packing_problems
 from mindrl.config.pipeline import partial_rollout_problems, pipeline_problems
 from mindrl.config.ppo import ppo_problems
+from mindrl.config.reference import reference_in_actor_problems
 from mindrl.config.rl import MIN_VERIFIER_MEMORY_MB, AlgorithmConfig
 from mindrl.config.role import ROLE_NAMES, RoleConfig
 from mindrl.config.rollout_server import server_problems
@@ -228,28 +229,6 @@ def _engine_problems(run: RunConfig) -> list[str]:
     return out
 
 
-def _reference_in_actor_problems(run: RunConfig) -> list[str]:
-    """`reference_in_actor` needs the integrated reference (actor_config's architecture and
-    layout: the snapshot has the actor's shapes); without a reference, or with the LoRA
-    shared backbone (already in the actor), it changes nothing and says so."""
-    res = run.rl.resources
-    if not res.reference_in_actor:
-        return []
-    if not res.use_integrated_worker:
-        return [
-            "rl_config.reference_in_actor: the snapshot has the actor's shapes; it needs "
-            "use_integrated_worker: true (the reference built from actor_config), not ref_config"
-        ]
-    if run.ref is None:
-        why = "there is no reference model"
-    elif run.shares_backbone:
-        why = "share_backbone already holds the reference in the actor"
-    else:
-        return []
-    warn_once("reference_in_actor", f"rl_config.reference_in_actor: no effect here ({why})")
-    return []
-
-
 def _validation_problems(run: RunConfig) -> list[str]:
     loop = run.rl.loop
     asked = [
@@ -437,7 +416,7 @@ def cross_field_problems(
     out.extend(partial_rollout_problems(run))
     out.extend(server_problems(run))
     out.extend(_validation_problems(run))
-    out.extend(_reference_in_actor_problems(run))
+    out.extend(reference_in_actor_problems(run))
     out.extend(_reward_problems(run))
     if check_paths:
         out.extend(_path_problems(run, local=local_paths))
