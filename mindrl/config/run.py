@@ -79,8 +79,8 @@ class RunConfig:
 
     @property
     def roles(self) -> list[RoleConfig]:
-        """The roles that run processes of their own (a shared-backbone reference runs in
-        the actor's)."""
+        """The roles that run processes of their own (a reference in the actor, LoRA base or
+        weight snapshot, runs in the actor's)."""
         ref = None if self.reference_in_actor else self.ref
         return [r for r in (self.actor, ref, self.reward, self.critic) if r is not None]
 
