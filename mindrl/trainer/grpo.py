@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mindrl.config.run import RunConfig
 from mindrl.trainer.advantage_step import compute_step_advantages, uses_kl_in_reward
@@ -32,6 +33,9 @@ from mindrl.trainer.step_metrics import step_metrics
 from mindrl.trainer.validation import validate, validation_due
 from mindrl.trainer.weight_sync import sync_weights
 
+if TYPE_CHECKING:
+    import torch
+
 logger = logging.getLogger("mindrl.trainer")
 
 
@@ -43,6 +47,27 @@ def recomputes_old_log_probs(run: RunConfig) -> bool:
     if alg.recompute_old_log_prob == "always" or run.optimizer_steps_per_rl_step > 1:
         return True
     return uses_kl_in_reward(alg)
+
+
+def log_probs_passes(
+    t: Trainer, batch: Any, timer: Timer
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The reference's and the old policy's log-probs of the batch. The reference pass is
+    started first and the old-policy pass runs while it goes: on their own workers they
+    overlap (`timing/ref` is then the reference's latency from its start, and the two
+    timings add up to more than `timing/log_probs`, the wall time of both)."""
+    roles = t.roles
+    old_lp = None
+    with timer("log_probs"):
+        start = time.perf_counter()
+        pending = roles.ref.start_log_probs(batch) if roles.ref is not None else None
+        if recomputes_old_log_probs(t.run):  # else on-policy: the update's own log-probs
+            with timer("old_log_prob"):
+                old_lp = roles.actor.log_probs(batch)
+        ref_lp = pending.result() if pending is not None else None
+        if pending is not None:
+            timer.seconds["ref"] = time.perf_counter() - start
+    return ref_lp, old_lp
 
 
 def grpo_step(
@@ -65,12 +90,8 @@ def grpo_step(
             batch, scored, sampling_metrics = partial.take(step, timer, between_phases)
         else:  # one generation batch, or DAPO's dynamic sampling over several
             batch, scored, sampling_metrics = rollout_and_score(t, step, timer, between_phases)
-        with timer("ref"):
-            ref_lp = roles.ref.log_probs(batch) if roles.ref is not None else None
-        old_lp = None
-        if recomputes_old_log_probs(run):  # else on-policy: the update's own log-probs
-            with timer("old_log_prob"):
-                old_lp = roles.actor.log_probs(batch)
+        ref_lp, old_lp = log_probs_passes(t, batch, timer)
+        if old_lp is not None:
             batch = batch.with_tensors(old_log_probs=old_lp)
         values = None
         if roles.critic is not None:

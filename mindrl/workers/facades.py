@@ -45,14 +45,31 @@ class RolloutGenerator(Protocol):
     def train_mode(self) -> None: ...
 
 
+class PendingLogProbs:
+    """Log-probs being computed on a group's workers; `result()` waits for them. Lets the
+    driver start the reference pass and run the old-policy pass while it goes (the two sit
+    on different workers unless the reference lives in the actor)."""
+
+    def __init__(self, group: WorkerGroup, refs: list[Any]) -> None:
+        self.group = group
+        self.refs = refs
+
+    def result(self) -> torch.Tensor:
+        import torch
+
+        return torch.cat(self.group.collect_by_dp(self.group.gather(self.refs)), dim=0)
+
+
+def _start_log_probs(
+    group: WorkerGroup, batch: SampleBatch, method: Any = MegatronModelWorker.compute_log_prob
+) -> PendingLogProbs:
+    return PendingLogProbs(group, group.dispatch_by_dp_async(method, batch.chunks(group.dp_size)))
+
+
 def _log_probs(
     group: WorkerGroup, batch: SampleBatch, method: Any = MegatronModelWorker.compute_log_prob
 ) -> torch.Tensor:
-    import torch
-
-    chunks = batch.chunks(group.dp_size)
-    parts = group.collect_by_dp(group.dispatch_by_dp(method, chunks))
-    return torch.cat(parts, dim=0)
+    return _start_log_probs(group, batch, method).result()
 
 
 class ActorGroup:
@@ -127,7 +144,11 @@ class ReferenceGroup:
         self.group.execute_all(MegatronModelWorker.init_model)
 
     def log_probs(self, batch: SampleBatch) -> torch.Tensor:
-        return _log_probs(self.group, batch)
+        return self.start_log_probs(batch).result()
+
+    def start_log_probs(self, batch: SampleBatch) -> PendingLogProbs:
+        """Start the pass on the reference's own workers and return at once."""
+        return _start_log_probs(self.group, batch)
 
 
 class ReferenceInActor:
@@ -142,7 +163,11 @@ class ReferenceInActor:
         """Nothing to build: the actor's model (and its snapshot) is the reference."""
 
     def log_probs(self, batch: SampleBatch) -> torch.Tensor:
-        return _log_probs(self.actor.group, batch, ActorWorker.compute_ref_log_prob)
+        return self.start_log_probs(batch).result()
+
+    def start_log_probs(self, batch: SampleBatch) -> PendingLogProbs:
+        """Queued on the actor's workers: it runs before the actor's next call, not beside."""
+        return _start_log_probs(self.actor.group, batch, ActorWorker.compute_ref_log_prob)
 
 
 class RolloutGroup:

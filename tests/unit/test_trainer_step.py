@@ -111,9 +111,28 @@ class FakeActor(FakeGenerator):
         return {"timing/resharding_to_infer": 0.0, "resharding/bytes": 8.0}
 
 
+@dataclass
+class FakePending:
+    value: torch.Tensor
+    calls: list[str]
+
+    def result(self) -> torch.Tensor:
+        self.calls.append("ref_result")
+        return self.value
+
+
+@dataclass
 class FakeRef:
+    calls: list[str] = field(default_factory=list)
+
     def log_probs(self, batch):
-        return torch.full(batch.response_mask.shape, -0.9) * batch.response_mask
+        return self.start_log_probs(batch).result()
+
+    def start_log_probs(self, batch):
+        self.calls.append("ref_start")
+        return FakePending(
+            torch.full(batch.response_mask.shape, -0.9) * batch.response_mask, self.calls
+        )
 
 
 @dataclass
@@ -191,8 +210,17 @@ def test_grpo_step_calls_the_roles_in_order_and_leaves_batches_alone():
 def test_grpo_step_recomputes_old_log_probs_when_a_batch_gets_several_optimizer_steps():
     t, actor = _trainer(["rl_config.mini_batch_size=2"])  # 2 prompts x 4 samples per step
     assert recomputes_old_log_probs(t.run)
+    t.roles.ref.calls = actor.calls  # one record of both roles' calls
     metrics, _ = grpo_step(t, step=0)
-    assert actor.calls.index("log_probs") < actor.calls.index("update")
+    # the reference pass starts first and the old-policy pass runs while it goes
+    assert actor.calls[actor.calls.index("ref_start") :] == [
+        "ref_start",
+        "log_probs",
+        "ref_result",
+        "update",
+        "sync_weights",
+    ]
+    assert max(metrics["timing/ref"], metrics["timing/old_log_prob"]) <= metrics["timing/log_probs"]
     batch, _ = actor.updates[0]
     assert torch.equal(batch.tensors["old_log_probs"], -1.0 * batch.response_mask)
     assert "rollout/logprob_abs_diff" in metrics  # measured on the driver from old log-probs
