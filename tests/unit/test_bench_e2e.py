@@ -64,3 +64,25 @@ def test_ratios_compare_equal_precisions_and_fastest_is_measured():
     without_bf16 = {**results, "trl_bf16": None, "trl_bf16_mixed": None}
     assert e2e.precision_ratios(without_bf16) == {"fp32": pytest.approx(2.0)}
     assert e2e.fastest_mindrl({"mindrl_fp32": run(1.0), "trl_fp32": run(9.0)}) == "mindrl_fp32"
+
+
+def test_overlapped_log_prob_passes_count_once_in_the_phase_split():
+    step = {"timing/rollout": 1.0, "timing/ref": 0.4, "timing/old_log_prob": 0.3}
+    assert e2e.mindrl_phases(step)["ref"] == 0.4  # an older run: the passes one after the other
+    phases = e2e.mindrl_phases({**step, "timing/log_probs": 0.45, "timing/update": 2.0})
+    assert "ref" not in phases and "old_log_prob" not in phases
+    assert phases["log_probs"] == 0.45 and sum(phases.values()) == pytest.approx(3.45)
+
+
+def test_memory_ratio_is_fastest_against_fastest():
+    def res(tok_per_s: float, peak: float) -> dict:
+        return {"summary": {"tok_per_s": tok_per_s, "peak_pss_gib": peak}}
+
+    results = {
+        "mindrl_fp32": res(100.0, 6.0),
+        "mindrl_bf16": res(50.0, 5.0),
+        "trl_fp32": res(40.0, 4.0),
+        "trl_bf16": res(60.0, 3.0),
+    }
+    assert e2e.memory_ratio(results) == pytest.approx(2.0)  # 6.0 (fp32) / 3.0 (bf16)
+    assert e2e.memory_ratio({"mindrl_fp32": res(1.0, 1.0)}) is None

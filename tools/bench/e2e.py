@@ -119,8 +119,21 @@ def run_tree(cmd: list[str], log: Path, timeout_s: float) -> float:
     return peak
 
 
-def run_mindrl(name: str, config: str, steps: int, precision: str, work: Path) -> dict:
-    extra = PRECISION_OVERRIDES[precision]
+def mindrl_phases(m: dict[str, float]) -> dict[str, float]:
+    """A step's seconds by phase, adding up to at most its wall time: the reference and
+    old-policy passes overlap, so their wall time together (`timing/log_probs`) stands for
+    both (the roofline still reads each pass's own)."""
+    phases = {p: m.get(f"timing/{p}", 0.0) for p in MINDRL_PHASES}
+    if "timing/log_probs" in m:
+        phases = {p: v for p, v in phases.items() if p not in ("ref", "old_log_prob")}
+        phases["log_probs"] = m["timing/log_probs"]
+    return phases
+
+
+def run_mindrl(
+    name: str, config: str, steps: int, precision: str, work: Path, overrides: tuple[str, ...] = ()
+) -> dict:
+    extra = (*PRECISION_OVERRIDES[precision], *overrides)
     out_dir = work / name
     cmd = [
         sys.executable,
@@ -139,7 +152,7 @@ def run_mindrl(name: str, config: str, steps: int, precision: str, work: Path) -
     step_rows = []
     for m in rows:
         wall = m["timing/step"]
-        phases = {p: m.get(f"timing/{p}", 0.0) for p in MINDRL_PHASES}
+        phases = mindrl_phases(m)
         phases["other"] = wall - sum(phases.values())
         step_rows.append(
             {
@@ -234,6 +247,17 @@ def precision_ratios(results: dict[str, dict]) -> dict[str, float]:
     return ratios
 
 
+def memory_ratio(results: dict[str, dict]) -> float | None:
+    """Peak PSS of mindrl's fastest run over TRL's fastest run's (the issue's comparison:
+    each stack at its fastest working setting); None without both stacks."""
+    theirs = {k: v for k, v in results.items() if k.startswith("trl_")}
+    if not theirs or not any(k.startswith("mindrl_") for k in results):
+        return None
+    trl = max(theirs.values(), key=lambda r: r["summary"]["tok_per_s"])
+    ours = results[fastest_mindrl(results)]
+    return ours["summary"]["peak_pss_gib"] / max(trl["summary"]["peak_pss_gib"], 1e-9)
+
+
 def fastest_mindrl(results: dict[str, dict]) -> str:
     """The mindrl run with the highest tok/s (measured, not assumed)."""
     ours = {k: v for k, v in results.items() if k.startswith("mindrl_")}
@@ -274,6 +298,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bf16", action="store_true", help="also run both stacks in bf16")
     parser.add_argument("--skip-trl", action="store_true", help="mindrl only (no ratio)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "e2e.json")
+    parser.add_argument(
+        "--mindrl-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Hydra override for every mindrl run (repeatable), e.g. the memory-lean "
+        "layout: rl_config.use_integrated_worker=true +rl_config.reference_in_actor=true "
+        "'~ref_config'",
+    )
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be at least 2 (step 1 is warm-up)")
@@ -292,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{stack}_{precision}"
             print(f"e2e: running {name} ({args.steps} steps) ...", flush=True)
             if stack == "mindrl":
-                res = run_mindrl(name, args.config_name, args.steps, precision, work)
+                res = run_mindrl(
+                    name, args.config_name, args.steps, precision, work, (*args.mindrl_override,)
+                )
             else:
                 res = run_trl(name, args.config_name, args.steps, precision, work)
             res["summary"] = summarize(res)
@@ -317,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         "fastest_mindrl": fastest_mindrl(results),
         "ratio": ratio,
         "ratio_by_precision": ratios,
+        "memory_ratio": memory_ratio(results),
+        "mindrl_overrides": args.mindrl_override,
         "target": TARGET,
         "runs": results,
     }
@@ -328,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         if precision != "fp32":
             ours, theirs = RATIO_PAIRS[precision]
             print(f"e2e: {precision} ratio={value:.2f} ({ours} / {theirs})")
+    if report["memory_ratio"] is not None:
+        print(f"e2e: memory_ratio={report['memory_ratio']:.2f} (peak PSS, fastest against fastest)")
     if ratio is None:
         print("e2e: ratio=n/a (TRL skipped)")
     else:
