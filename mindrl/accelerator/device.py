@@ -97,6 +97,19 @@ class Accelerator:
         }
         return {k: os.environ.get(k, v) for k, v in wanted.items()}
 
+    def release_cached_memory(self) -> None:
+        """Give freed memory back: the caching allocator's blocks on a device (the next
+        allocation may be another process's, or the engine's), glibc's free heap on CPU
+        (`host_heap.trim_host_heap`)."""
+        if self.is_cpu:
+            from mindrl.accelerator.host_heap import trim_host_heap
+
+            trim_host_heap()
+            return
+        empty = getattr(self._torch_module(), "empty_cache", None)
+        if empty is not None:
+            empty()
+
     def device(self, local_rank: int = 0) -> torch.device:
         import torch
 

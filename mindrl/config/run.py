@@ -46,6 +46,13 @@ class RuntimeConfig:
         help="torch threads per worker; default: its bundle's CPUs. On a CPU box "
         "roles that run one after another may each use every core",
     )
+    release_memory_after_pass: bool = spec(
+        True,
+        help="give the memory a model pass freed back when the pass ends (log-probs, values, "
+        "update): glibc's free heap on cpu (malloc_trim; the workers otherwise keep their "
+        "high-water marks for the whole run), the caching allocator's blocks on npu / cuda "
+        "(empty_cache)",
+    )
     device_memory_gb: float | None = spec(
         None,
         gt=0,

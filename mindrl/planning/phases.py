@@ -10,9 +10,11 @@ there is nothing to offload, so there the engine and the whole training state si
 side all the time.
 
 On CPU every rank is a process on the one host. The workers keep freed memory in their heap
-(`Accelerator.worker_env`: glibc never trims), so a process's resident memory stays at its
-own peak, and the host must hold the sum of every process's peak plus the interpreter,
-torch and megatron-core each process imports (`PROCESS_GIB`, measured on torch 2.13).
+within a pass (`Accelerator.worker_env`: glibc does not trim by itself) and give it back when
+a pass ends (`runtime.release_memory_after_pass`), so the host holds what every process keeps
+between passes, the interpreter, torch and megatron-core each imports (`PROCESS_GIB`,
+measured on torch 2.13), and the largest pass (`host_total`); without the release, the sum of
+every process's peak.
 """
 
 from __future__ import annotations
@@ -280,6 +282,39 @@ def _device_peak(group: str, num_devices: int, plans: list[RolePlan]) -> DeviceP
     return best
 
 
+# passes that run at the same time: the reference's log-probs beside the old policy's (the
+# plan has no forward phase of the actor's own: its training phase bounds it)
+OVERLAPPING = ((("ref", "forward"), ("actor", "train")),)
+
+
+def host_total(run: RunConfig, plans: dict[str, RolePlan], hybrid: bool) -> float:
+    """CPU: the host memory of every worker process at the step's fullest moment.
+
+    Each process holds its interpreter and imports and what it keeps between passes. With
+    `runtime.release_memory_after_pass` a pass's working memory is given back when it ends,
+    so on top of that comes the largest pass (all ranks of a role run it at once; the
+    reference and old-policy passes overlap); without it glibc keeps every process at its
+    own peak and the host holds the sum of the peaks."""
+    held, excess = 0.0, {}
+    for plan in plans.values():
+        per_stage = plan.num_devices // len(plan.ranks)
+        for rank in plan.ranks:
+            with_engine = plan.role == "rollout" or (plan.role == "actor" and hybrid)
+            extra = ENGINE_PROCESS_GIB if with_engine else 0.0
+            held += per_stage * (PROCESS_GIB + extra) * GIB
+            kept = sum(b for _, b in rank.idle)
+            if not run.runtime.release_memory_after_pass:
+                held += per_stage * rank.peak.total
+                continue
+            held += per_stage * kept
+            for phase in rank.phases:
+                key = (plan.role, phase.name)
+                excess[key] = excess.get(key, 0.0) + per_stage * max(phase.total - kept, 0.0)
+    moments = list(excess.values())
+    moments += [sum(excess.get(k, 0.0) for k in group) for group in OVERLAPPING]
+    return held + max(moments, default=0.0)
+
+
 def build_plan(run: RunConfig, backend: str) -> CorePlan:
     """Every role's ranks and every device group's peak for `run` on `backend`."""
     device = device_memory(backend, run.runtime.device_memory_gb)
@@ -308,13 +343,8 @@ def build_plan(run: RunConfig, backend: str) -> CorePlan:
         )
     processes, host = 0, 0.0
     if backend == "cpu":
-        for plan in plans.values():
-            per_stage = plan.num_devices // len(plan.ranks)
-            for rank in plan.ranks:
-                with_engine = plan.role == "rollout" or (plan.role == "actor" and hybrid)
-                extra = ENGINE_PROCESS_GIB if with_engine else 0.0
-                host += per_stage * (rank.peak.total + (PROCESS_GIB + extra) * GIB)
-            processes += plan.num_devices
+        processes = sum(plan.num_devices for plan in plans.values())
+        host = host_total(run, plans, hybrid)
     return CorePlan(
         backend=backend,
         device=device,

@@ -148,7 +148,8 @@ class ActorWorker(TrainableWorker):
     # -- training ---------------------------------------------------------------------------
     def update(self, batch: SampleBatch, step: int) -> dict[str, float]:
         self.train_mode()
-        return self._updater().update(batch, step)
+        with self.releasing_memory():
+            return self._updater().update(batch, step)
 
     def export_hf(self, out_dir: str, hf_assets_dir: str | None = None) -> str | None:
         from mindrl.checkpoint.online import export_mcore_to_hf

@@ -82,16 +82,18 @@ class CriticWorker(TrainableWorker):
 
         for chunk in self.model_chunks:
             chunk.eval()
-        values = forward_values(
-            self.model_chunks,
-            batch.input_ids,
-            batch.attention_mask,
-            micro_batch_size=micro_batch_size(self.cfg.batch.micro_batch_size, batch.size),
-        )
+        with self.releasing_memory():
+            values = forward_values(
+                self.model_chunks,
+                batch.input_ids,
+                batch.attention_mask,
+                micro_batch_size=micro_batch_size(self.cfg.batch.micro_batch_size, batch.size),
+            )
         return values * batch.response_mask.to(values.dtype)
 
     def update(self, batch: SampleBatch, step: int) -> dict[str, float]:
-        return self._updater().update(batch, step)
+        with self.releasing_memory():
+            return self._updater().update(batch, step)
 
     def save_checkpoint(self, iter_dir: str) -> None:
         from pathlib import Path

@@ -8,8 +8,10 @@ hands it RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from mindrl.cluster.worker import Worker
@@ -150,17 +152,32 @@ class MegatronModelWorker(Worker):
 
         for chunk in self.model_chunks:
             chunk.eval()
-        return forward_only(
-            self.model_chunks,
-            batch.input_ids,
-            vocab_size=self.cfg.model.vocab_size,
-            attention_mask=batch.attention_mask,
-            micro_batch_size=micro_batch_size(self.cfg.batch.micro_batch_size, batch.size),
-            response_mask=batch.response_mask,
-            packing=pass_packing(
-                self.run.rl.micro_batching, pass_name or ("ref" if self.role == "ref" else "actor")
-            ),
-        ).cpu()
+        with self.releasing_memory():
+            return forward_only(
+                self.model_chunks,
+                batch.input_ids,
+                vocab_size=self.cfg.model.vocab_size,
+                attention_mask=batch.attention_mask,
+                micro_batch_size=micro_batch_size(self.cfg.batch.micro_batch_size, batch.size),
+                response_mask=batch.response_mask,
+                packing=pass_packing(
+                    self.run.rl.micro_batching,
+                    pass_name or ("ref" if self.role == "ref" else "actor"),
+                ),
+            ).cpu()
+
+    @contextlib.contextmanager
+    def releasing_memory(self) -> Iterator[None]:
+        """Around a model pass: the memory it freed goes back when it ends
+        (`runtime.release_memory_after_pass`), so a worker does not hold its pass's
+        high-water mark while the other roles run theirs."""
+        try:
+            yield
+        finally:
+            if self.run.runtime.release_memory_after_pass:
+                from mindrl.accelerator import get_accelerator
+
+                get_accelerator(self.run.runtime.accelerator).release_cached_memory()
 
     def shutdown(self) -> None:
         from mindrl.models.parallel import destroy_parallel

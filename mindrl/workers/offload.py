@@ -135,14 +135,9 @@ def _bytes_of(storage: Any) -> Any:
 
 
 def release_cached_memory(accelerator: Any) -> None:
-    """Hand the allocator's freed blocks back to the device (the engine allocates next)."""
-    if accelerator.is_cpu:
-        return
-    import torch
-
-    empty = getattr(getattr(torch, accelerator.name, None), "empty_cache", None)
-    if empty is not None:
-        empty()
+    """Hand the allocator's freed blocks back (the engine allocates next): the device's
+    cache, or on CPU glibc's free heap."""
+    accelerator.release_cached_memory()
 
 
 @dataclass

@@ -22,7 +22,7 @@ from mindrl.config.model_arch import ModelArchConfig
 from mindrl.config.run import RunConfig
 from mindrl.planning import plan_memory
 from mindrl.planning.activations import in_flight_chunks, layer_bytes, stage_activations
-from mindrl.planning.engine import GIB, cpu_kv_cache
+from mindrl.planning.engine import ENGINE_PROCESS_GIB, GIB, cpu_kv_cache
 from mindrl.planning.knobs import knobs_that_fit
 from mindrl.planning.params import model_params, stage_params
 from mindrl.planning.phases import PROCESS_GIB, actor_ranks, build_plan
@@ -339,7 +339,22 @@ def test_cpu_plan_sums_every_worker_process_on_the_host():
     core = plan.core
     assert core.processes == 2  # actor and reference, colocated on one CPU bundle
     peaks = sum(r.worst.peak.total for r in core.roles)
-    assert core.host_total > peaks + 2 * PROCESS_GIB * GIB
+    # without the release after each pass every process keeps its own peak
+    kept_all = plan_memory(_run("grpo_tiny_cpu", "+runtime.release_memory_after_pass=false"), "cpu")
+    assert kept_all.core.host_total > peaks + 2 * PROCESS_GIB * GIB
+    # with it: what each keeps between passes, plus the fullest moment: the reference's
+    # pass beside the actor's old-policy pass (bounded by its update's working memory), or
+    # the actor's rollout with its weight-sync bucket
+    actor, ref = (r.worst for r in core.roles)
+    kept = sum(b for r in (actor, ref) for _, b in r.idle)
+    ref_pass = ref.phase("forward").total - sum(b for _, b in ref.idle)
+    update = actor.phase("train").total - sum(b for _, b in actor.idle)
+    rollout = actor.phase("rollout").total - sum(b for _, b in actor.idle)
+    assert min(ref_pass, update, rollout) > 0
+    assert core.host_total < kept_all.core.host_total
+    processes = (2 * PROCESS_GIB + ENGINE_PROCESS_GIB) * GIB
+    expected = processes + kept + max(ref_pass + update, rollout)
+    assert abs(core.host_total - expected) < 2**20
     assert plan.problems == ()
     tight = plan_memory(_run("grpo_tiny_cpu", "runtime.device_memory_gb=0.5"), "cpu")
     (problem,) = tight.problems
