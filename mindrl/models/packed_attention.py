@@ -5,8 +5,9 @@ megatron hands packed micro-batches (`PackedSeqParams`, `thd` layout: query / ke
 `DotProductAttention` refuses them. On CPU (and anywhere TE is absent) this subclass runs
 causal attention per segment, the segments side by side in one batched call (a
 block-diagonal mask over the whole packed length would cost T^2), and everything else in
-the layer (rotary positions restarting per segment, the linears) is megatron's own. Without
-packed parameters it is megatron's `DotProductAttention` unchanged.
+the layer (rotary positions restarting per segment, the linears) is megatron's own. Padded
+batches take torch's fused attention too where nothing megatron-only is asked for
+(`_fused_ok`), else megatron's `DotProductAttention` unchanged.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class SegmentedDotProductAttention(DotProductAttention):
         packed_seq_params: Any = None,
     ) -> Any:
         if packed_seq_params is None:
+            if self._fused_ok(attention_mask, attention_bias):
+                return self._fused_padded(query, key, value, attention_mask)
             return super().forward(
                 query,
                 key,
@@ -52,6 +55,61 @@ class SegmentedDotProductAttention(DotProductAttention):
             scale=self.softmax_scale,
             dropout=self.attention_dropout.p if self.training else 0.0,
         )
+
+    def _fused_ok(self, attention_mask: Any, attention_bias: Any) -> bool:
+        """Whether the padded batch can take torch's fused attention: a boolean mask, and
+        none of what only megatron's unfused path does (bias, softmax offset, query-key
+        layer scaling, attention dropout while training, sliding window)."""
+        import torch
+
+        return (
+            attention_bias is None
+            and attention_mask is not None
+            and attention_mask.dtype == torch.bool
+            and getattr(self, "softmax_offset", None) is None
+            and not self.config.apply_query_key_layer_scaling
+            and not getattr(self.config, "window_size", None)
+            and not (self.training and self.attention_dropout.p > 0)
+        )
+
+    def _fused_padded(self, query: Any, key: Any, value: Any, attention_mask: Any) -> Any:
+        """megatron's attention over a padded [s, b, heads, dim] batch in one fused call
+        (`scaled_dot_product_attention`): megatron's unfused path materialises and saves the
+        [b, heads, s, s] scores and probabilities, ~6x slower on CPU and the largest part of
+        an update's activations at a few hundred tokens. A query whose keys are all masked (a
+        left-padding position) attends to itself only, so no row is empty (an empty row
+        gives NaN, which a zero weight would not stop); real tokens never see those rows."""
+        import torch
+
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, heads, s, dim]
+        if k.shape[1] != q.shape[1]:  # grouped-query attention
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        seq = q.shape[2]
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=_additive_mask(attention_mask, q.dtype), scale=self.softmax_scale
+        )
+        return out.permute(2, 0, 1, 3).reshape(seq, q.shape[0], -1)
+
+
+_ADDITIVE: list[Any] = []  # [megatron's mask, dtype, its additive form]: the last one built
+
+
+def _additive_mask(attention_mask: Any, dtype: Any) -> Any:
+    """megatron's boolean mask (True = masked) as an additive one (0 / -inf) with the
+    diagonal always allowed. Every layer of a forward gets the same mask object: it is
+    converted once and the layers share one tensor (a boolean mask would be converted by
+    each attention call and kept by each for the backward pass)."""
+    import torch
+
+    if _ADDITIVE and _ADDITIVE[0] is attention_mask and _ADDITIVE[1] == dtype:
+        return _ADDITIVE[2]
+    seq = attention_mask.shape[-1]
+    eye = torch.eye(seq, dtype=torch.bool, device=attention_mask.device)
+    additive = torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device)
+    additive.masked_fill_(attention_mask & ~eye, float("-inf"))
+    _ADDITIVE[:] = [attention_mask, dtype, additive]
+    return additive
 
 
 def segmented_causal_attention(

@@ -16,7 +16,9 @@ head_dim, KV = kv heads x head_dim, F = ffn_hidden_size, e = bytes per activatio
   without GQA, where v's view keeps the fused QKV output alive) plus the score matrix, a s
   elements per token kept in fp32 by the softmax and again in e for the product with v (the
   5as/h term of the paper; selective recompute drops it); flash attention keeps q, k, v, the
-  output and the log-sum-exp instead;
+  output and the log-sum-exp instead; on CPU megatron's local attention runs as torch's fused
+  kernel (`models/packed_attention.py`): the unfused path's q, k, v and context, and the
+  log-sum-exp in place of the score matrix (its float mask is one tensor the layers share);
 * SwiGLU, split over TP: fc1's output (2F), silu's output, the gated product and fc2's input
   (5 F e unfused; a fused SwiGLU keeps its input and output, 3 F e).
 
@@ -78,6 +80,8 @@ def layer_bytes(shape: RoleShape, seq: int) -> LayerBytes:
         score_bytes = SOFTMAX_BYTES + (e if e != SOFTMAX_BYTES else 0)
         score_bytes += 1 if arch.attention_dropout > 0 else 0
         scores = heads * seq * score_bytes
+        if shape.fused_local_attention:  # the same q, k, v, context; no score matrix
+            scores = LSE_BYTES * heads
         if shape.recompute.granularity == "selective":
             scores = 0.0
     if arch.swiglu:

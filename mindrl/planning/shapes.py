@@ -98,6 +98,8 @@ class RoleShape:
     trains: bool
     hf_model: bool  # the reward model: a whole HF model per device, no megatron
     ep: int = 1  # expert parallel (MoE): each rank holds E / EP experts of every layer
+    # CPU: megatron's local attention runs as torch's fused kernel (models/packed_attention.py)
+    fused_local_attention: bool = False
 
     @property
     def act_bytes(self) -> int:
@@ -151,6 +153,7 @@ def role_shape(role: RoleConfig, backend: str) -> RoleShape:
         trains=role.role in ("actor", "critic"),
         hf_model=role.role == "reward",
         ep=role.moe.expert_model_parallel_size,
+        fused_local_attention=backend == "cpu" and role.model.attention_dropout == 0,
     )
 
 

@@ -4,6 +4,8 @@ against a block-diagonal mask, the driver's padding metric, and the config keys'
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -200,3 +202,13 @@ def test_a_row_cap_below_one_is_refused():
         load_run_config(
             "grpo_tiny_cpu", ["rl_config.update_dynamic_max_batch_size=0"], check_paths=False
         )
+
+
+def test_fused_padded_attention_equals_megatrons_on_the_real_tokens(fresh_process):
+    """Left-padded causal batch, grouped-query heads: torch's fused kernel gives megatron's
+    unfused outputs and gradients on the real tokens, and nothing non-finite on the padding
+    (a fully masked padding row attends to itself)."""
+    script = Path(__file__).with_name("_fused_attention.py")
+    res = fresh_process(script, {}, timeout_s=300)
+    assert res["fused_ok"] and res["finite"]
+    assert res["max_abs_diff"] < 1e-5
