@@ -66,7 +66,7 @@ def log_probs_passes(
                 old_lp = roles.actor.log_probs(batch)
         ref_lp = pending.result() if pending is not None else None
         if pending is not None:
-            timer.seconds["ref"] = time.perf_counter() - start
+            timer.record("ref", time.perf_counter() - start)
     return ref_lp, old_lp
 
 

@@ -166,6 +166,10 @@ class Timer:
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + (self._clock() - start)
 
+    def record(self, name: str, seconds: float) -> None:
+        """Add a duration measured elsewhere (e.g. work that overlapped another timed one)."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
     def metrics(self) -> dict[str, float]:
         return {f"timing/{name}": secs for name, secs in self.seconds.items()}
 

@@ -283,5 +283,7 @@ def test_timer_accumulates_per_name() -> None:
         clock.t += 2.0
         raise KeyError("boom")
     assert timer.metrics() == {"timing/reward": 1.75, "timing/rollout": 4.0, "timing/update": 2.0}
+    timer.record("reward", 0.25)  # measured elsewhere (overlapping work): added the same way
+    assert timer.metrics()["timing/reward"] == 2.0
     timer.reset()
     assert timer.metrics() == {}
