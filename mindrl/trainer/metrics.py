@@ -164,7 +164,7 @@ class Timer:
         try:
             yield
         finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + (self._clock() - start)
+            self.record(name, self._clock() - start)
 
     def record(self, name: str, seconds: float) -> None:
         """Add a duration measured elsewhere (e.g. work that overlapped another timed one)."""

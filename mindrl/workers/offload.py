@@ -134,12 +134,6 @@ def _bytes_of(storage: Any) -> Any:
     return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
 
 
-def release_cached_memory(accelerator: Any) -> None:
-    """Hand the allocator's freed blocks back (the engine allocates next): the device's
-    cache, or on CPU glibc's free heap."""
-    accelerator.release_cached_memory()
-
-
 @dataclass
 class _Moved:
     part: str
@@ -227,7 +221,7 @@ class TrainingStateOffload:
             for m in moved:
                 m.storage.resize_(0)
         self._moved = moved
-        release_cached_memory(acc)
+        acc.release_cached_memory()  # the engine allocates next
         return self._summary(moved, start)
 
     def to_device(self) -> dict[str, float]:
