@@ -46,7 +46,8 @@ class RolloutGenerator(Protocol):
 
 
 class PendingLogProbs:
-    """Log-probs being computed on a group's workers; `result()` waits for them. Lets the
+    """Per-token results (log-probs, a critic's values) being computed on a group's workers,
+    one chunk per DP rank; `result()` waits for them. Lets the
     driver start the reference pass and run the old-policy pass while it goes (the two sit
     on different workers unless the reference lives in the actor)."""
 
@@ -240,11 +241,7 @@ class CriticGroup:
 
     def values(self, batch: SampleBatch) -> torch.Tensor:
         """[B, S-1] values of the states before each response token."""
-        import torch
-
-        chunks = batch.chunks(self.group.dp_size)
-        parts = self.group.dispatch_by_dp(CriticWorker.compute_values, chunks)
-        return torch.cat(self.group.collect_by_dp(parts), dim=0)
+        return _start_log_probs(self.group, batch, CriticWorker.compute_values).result()
 
     def update(self, batch: SampleBatch, step: int) -> dict[str, float]:
         chunks = batch.chunks(self.group.dp_size)
