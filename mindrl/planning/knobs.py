@@ -108,8 +108,8 @@ def _role_candidates(run: RunConfig, role: RoleConfig, plan: CorePlan) -> Iterat
 
 def _engine_candidates(run: RunConfig, plan: CorePlan) -> Iterator[Candidate]:
     gen = run.generate
-    if plan.engine is None or not plan.engine.sleeps:
-        return
+    if plan.engine is None or not plan.engine.sleeps or plan.backend == "cpu":
+        return  # on CPU neither the offloads nor the memory share change anything
     if plan.hybrid:
         off = {
             "offload_train_param": gen.offload_train_param,

