@@ -11,11 +11,12 @@ if TYPE_CHECKING:
 
 
 def entropy_from_log_probs(logp: torch.Tensor) -> torch.Tensor:
-    """-sum p log p over the last dim; padded rows (log p = -inf) add 0, not NaN."""
+    """-sum p log p over the last dim; padded rows (log p = -inf) add 0, not NaN, and so
+    does their gradient (0 * -inf never appears, forward or backward)."""
     import torch
 
-    plogp = logp.exp() * logp
-    return -torch.where(torch.isinf(logp), torch.zeros_like(plogp), plogp).sum(-1)
+    finite = torch.where(torch.isinf(logp), torch.zeros_like(logp), logp)
+    return -(logp.exp() * finite).sum(-1)
 
 
 def vocab_parallel_entropy(logits: torch.Tensor, vocab_size: int | None = None) -> torch.Tensor:

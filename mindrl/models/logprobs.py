@@ -15,7 +15,6 @@ padding); log-probs [B, S-1], entry t = log p(input_ids[:, t+1] | input_ids[:, :
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
     import torch
 
     from mindrl.data.packing import PackingSettings
-    from mindrl.models.token_select import TokenSelection
+    from mindrl.models.token_select import OutputHead, TokenSelection
 
 
 def causal_attention_mask(
@@ -105,6 +104,47 @@ def log_probs_and_entropy(
         return picked, vocab_parallel_entropy(logits, vocab_size)
     with torch.no_grad():
         return picked, vocab_parallel_entropy(logits.detach(), vocab_size)
+
+
+def scored_log_probs(
+    output: torch.Tensor,
+    head: OutputHead,
+    selection: TokenSelection,
+    tokens: torch.Tensor,
+    *,
+    vocab_size: int,
+    temperature: float = 1.0,
+    entropy: bool = False,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log-probs [N], entropies [N] or None) of the selected tokens from the model's output
+    under `select_tokens`: the selected hidden states when the head took the output layer's
+    weight (applied here in chunks of tokens), else the logits."""
+    from mindrl.models.head_log_probs import head_log_probs
+    from mindrl.models.token_select import selected_logits
+
+    labels = selection.labels(tokens)
+    if head.weight is not None:
+        return head_log_probs(
+            output[0],
+            head.weight,
+            labels,
+            vocab_size=vocab_size,
+            temperature=temperature,
+            entropy=entropy,
+            entropy_grad=entropy_grad,
+        )
+    logits = selected_logits(output, selection)
+    if entropy:
+        if temperature != 1.0:
+            raise ValueError("the entropy is taken at temperature 1")
+        return log_probs_and_entropy(
+            logits, labels, vocab_size=vocab_size, entropy_grad=entropy_grad
+        )
+    picked = vocab_parallel_log_probs(
+        logits, labels, vocab_size=vocab_size, temperature=temperature
+    )
+    return picked, None
 
 
 def gather_vocab_parallel_logits(
@@ -234,7 +274,7 @@ def forward_only(
     """
     import torch
 
-    from mindrl.models.token_select import select_tokens, selected_logits
+    from mindrl.models.token_select import OutputHead, select_tokens
 
     if output not in ("log_probs", "logits"):
         raise ValueError(f"output must be 'log_probs' or 'logits', not {output!r}")
@@ -280,14 +320,20 @@ def forward_only(
         mb = next(data_iterator)
         selection: TokenSelection | None = mb["selection"]
         extra = {"packed_seq_params": mb["packed"]} if mb.get("packed") is not None else {}
-        with select_tokens(model, selection) if selection else contextlib.nullcontext():
+        head = OutputHead()
+        if selection is None:
             out = model(mb["tokens"], mb["position_ids"], mb["mask"], **extra)
+        else:
+            with select_tokens(model, selection, hidden_only=True) as head:
+                out = model(mb["tokens"], mb["position_ids"], mb["mask"], **extra)
 
         def finish(output_tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             if selection is not None:
-                picked = vocab_parallel_log_probs(
-                    selected_logits(output_tensor, selection),
-                    selection.labels(mb["tokens"]),
+                picked, _ = scored_log_probs(
+                    output_tensor,
+                    head,
+                    selection,
+                    mb["tokens"],
                     vocab_size=vocab_size,
                     temperature=temperature,
                 )

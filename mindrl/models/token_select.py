@@ -96,17 +96,40 @@ def _output_layer(model: Any) -> Any | None:
     return getattr(inner, "output_layer", None)
 
 
+@dataclass
+class OutputHead:
+    """Filled by `select_tokens(..., hidden_only=True)` when the model returned the selected
+    hidden states instead of logits: the output layer's weight, to apply with the loss."""
+
+    weight: torch.Tensor | None = None
+
+
+def _plain_head(layer: Any) -> bool:
+    """An output layer that is one matmul with the whole vocabulary on this rank: no tensor
+    parallelism, no bias."""
+    from mindrl.models.vocab_slice import tp_rank_size
+
+    return tp_rank_size()[1] == 1 and getattr(layer, "bias", None) is None
+
+
 @contextlib.contextmanager
-def select_tokens(model: Any, selection: TokenSelection) -> Iterator[None]:
+def select_tokens(
+    model: Any, selection: TokenSelection, *, hidden_only: bool = False
+) -> Iterator[OutputHead]:
     """Within the block, `model(...)` returns logits [1, N, V] for the selected tokens.
+
+    `hidden_only`: where the output layer is a plain matmul (`_plain_head`), it is skipped
+    and the model returns the selected hidden states [1, N, H]; the yielded head's weight is
+    set for the loss to apply in chunks (`mindrl.models.head_log_probs`).
 
     No-op on stages without an output layer, and under sequence parallelism (the hidden
     states are then split along the sequence across TP ranks, so a global gather is not
     local); `selected_logits` gathers from the full logits in that case.
     """
+    head = OutputHead()
     layer = _output_layer(model)
     if layer is None or getattr(layer, "sequence_parallel", False):
-        yield
+        yield head
         return
     index = selection.hidden_index()
 
@@ -122,15 +145,24 @@ def select_tokens(model: Any, selection: TokenSelection) -> Iterator[None]:
         if logits.requires_grad:
             logits.register_hook(_standard_strides)
 
+    def hidden_out(hidden: torch.Tensor, weight: torch.Tensor | None = None, **_: Any) -> Any:
+        head.weight = layer.weight if weight is None else weight
+        return hidden, None
+
     handles = (
         layer.register_forward_pre_hook(gather_hidden, with_kwargs=True),
         layer.register_forward_hook(mark_logits),
     )
+    skip = hidden_only and _plain_head(layer)
+    if skip:
+        layer.forward = hidden_out  # the instance's own, removed below
     try:
-        yield
+        yield head
     finally:
         for handle in handles:
             handle.remove()
+        if skip:
+            del layer.forward
 
 
 def _standard_strides(grad: torch.Tensor) -> torch.Tensor:

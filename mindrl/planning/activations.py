@@ -32,7 +32,10 @@ The loss: mindrl computes logits for the response tokens only (`models/token_sel
 every position under SP, where the gather is not local). Per logit element, measured on CPU
 (tools/bench/memory_plan.py checks it): the update keeps the logits plus ~28 bytes of fp32
 log-softmax, entropy-metric and gradient buffers (12 more when the entropy bonus carries
-gradients); a forward-only log-prob pass ~12 bytes beside the logits.
+gradients); a forward-only log-prob pass ~12 bytes beside the logits. Where one rank holds
+the whole vocabulary (TP 1) the output layer and the log-softmax run a chunk of tokens at a
+time (`models/head_log_probs.py`): one chunk's fp32 logits and their gradient, plus the
+output weight's fp32 gradient buffer in the update.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from mindrl.models.head_log_probs import chunk_tokens
 from mindrl.planning.shapes import RoleShape
 
 EAGER_NORM_BYTES = 8  # per hidden element: torch's RMSNorm keeps fp32 input + normed output
@@ -48,6 +52,8 @@ LSE_BYTES = 4  # flash attention's log-sum-exp, per head and token
 TRAIN_LOSS_BYTES = 28  # fp32 buffers per logit element in the update's loss (measured)
 ENTROPY_GRAD_BYTES = 12  # more when the entropy bonus is differentiated (measured)
 FORWARD_LOSS_BYTES = 12  # fp32 buffers per logit element in a log-prob pass (measured)
+CHUNK_TRAIN_BYTES = 16  # per logit element of one chunk in the backward: logits, p, gradient
+CHUNK_FORWARD_BYTES = 12  # per logit element of one chunk in the forward
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,12 @@ def logits_bytes(
     sp = t if shape.sequence_parallel else 1
     norm = (e if shape.fused_norm else EAGER_NORM_BYTES) * arch.hidden_size * tokens / sp
     head_input = e * arch.hidden_size * (tokens if shape.sequence_parallel else scored)
+    if t == 1:  # the chunked head: one chunk of logits at a time
+        chunk = min(scored, chunk_tokens(int(vocab)))
+        if training:
+            weight_grad = 4 * vocab * arch.hidden_size
+            return norm + head_input + CHUNK_TRAIN_BYTES * vocab * chunk + weight_grad
+        return norm + head_input + CHUNK_FORWARD_BYTES * vocab * chunk
     logits = e * vocab * (tokens if shape.sequence_parallel else scored)
     if training:
         fp32 = TRAIN_LOSS_BYTES + (ENTROPY_GRAD_BYTES if entropy_grad else 0)

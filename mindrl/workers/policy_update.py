@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import torch
 
     from mindrl.algorithms import GRPOLossConfig
+    from mindrl.models.token_select import OutputHead
 
 logger = logging.getLogger(__name__)
 
@@ -73,22 +74,26 @@ def grpo_loss_config(alg: AlgorithmConfig, max_tokens: int | None = None) -> GRP
 
 
 def micro_batch_loss(
-    mb: UpdateMicroBatch, settings: LossSettings, output: torch.Tensor
+    mb: UpdateMicroBatch, settings: LossSettings, head: OutputHead, output: torch.Tensor
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The scaled GRPO loss of one micro-batch from the model's output, and its metrics."""
+    """The scaled GRPO loss of one micro-batch from the model's output (logits, or the
+    selected hidden states when `head` holds the output layer's weight), and its metrics."""
     import torch
 
     from mindrl.algorithms import grpo_loss, rollout_mismatch_metrics
-    from mindrl.models.logprobs import log_probs_and_entropy
-    from mindrl.models.token_select import selected_logits
+    from mindrl.models.logprobs import scored_log_probs
 
     selection = mb.selection
-    picked, picked_entropy = log_probs_and_entropy(
-        selected_logits(output, selection),
-        selection.labels(mb.tokens),
+    picked, picked_entropy = scored_log_probs(
+        output,
+        head,
+        selection,
+        mb.tokens,
         vocab_size=settings.vocab_size,
+        entropy=True,
         entropy_grad=settings.entropy_grad,
     )
+    assert picked_entropy is not None
     log_prob = selection.scatter(picked)
     on_policy = mb.old_log_probs is None
     old = log_prob.detach() if on_policy else mb.old_log_probs
@@ -118,9 +123,9 @@ def forward_step(
 
     mb = next(data_iterator)
     extra = {} if mb.packed_seq_params is None else {"packed_seq_params": mb.packed_seq_params}
-    with select_tokens(model, mb.selection):
+    with select_tokens(model, mb.selection, hidden_only=True) as head:
         output = model(mb.tokens, mb.position_ids, mb.attention_mask, **extra)
-    return output, functools.partial(micro_batch_loss, mb, settings)
+    return output, functools.partial(micro_batch_loss, mb, settings, head)
 
 
 def global_normalizer(response_mask: torch.Tensor, loss_agg_mode: str) -> float:

@@ -1,0 +1,132 @@
+"""The output layer and the log-softmax over the vocabulary, a chunk of tokens at a time.
+
+The policy loss needs one number per scored token (its log-prob, and its entropy), but the
+plain path holds the scored tokens' logits over the whole vocabulary several times over for
+the backward pass: the output layer's result, the log-softmax saved by autograd, their
+gradients (SmolLM2, 512 scored tokens x 49k vocabulary: 100 MB each, ~0.8 GB in all). Here
+the logits of `chunk` tokens exist at a time: the forward keeps only each token's
+log-sum-exp, and the backward recomputes a chunk's logits (one extra output-layer matmul) to
+form its gradient, which goes straight into the hidden states' and the weight's gradients.
+
+Same numbers as `log_probs_and_entropy` over `hidden @ weight.T` (fp32 softmax over logits in
+the weight's dtype), for one tensor-parallel rank holding the whole vocabulary; vocabulary
+rows at or past `vocab_size` (padding) get no probability.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+CHUNK_BYTES = 32 << 20  # fp32 logits of one chunk of tokens
+
+
+def chunk_tokens(vocab: int) -> int:
+    return max(1, CHUNK_BYTES // (4 * vocab))
+
+
+def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, temperature: float) -> torch.Tensor:
+    x = (hidden @ weight.t()).float()
+    return x / temperature if temperature != 1.0 else x
+
+
+def head_log_probs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    vocab_size: int | None = None,
+    temperature: float = 1.0,
+    entropy: bool = False,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log p(labels) at `temperature`, per-token entropy at temperature 1 or None), both
+    fp32 [N], from `hidden` [N, H] and the output layer's `weight` [V, H]. The entropy
+    carries gradients only with `entropy_grad` (an entropy bonus)."""
+    if entropy and temperature != 1.0:
+        raise ValueError("the entropy is taken at temperature 1")
+    vocab = weight.shape[0] if vocab_size is None else min(vocab_size, weight.shape[0])
+    picked, ent = _HeadLogProbs.apply(
+        hidden, weight, labels, vocab, temperature, entropy, entropy and entropy_grad
+    )
+    return picked, ent if entropy else None
+
+
+class _HeadLogProbs:  # a torch.autograd.Function, made on first use (torch imported lazily)
+    _fn: Any = None
+
+    @classmethod
+    def apply(cls, *args: Any) -> Any:
+        if cls._fn is None:
+            cls._fn = _make_function()
+        return cls._fn.apply(*args)
+
+
+def _make_function() -> Any:
+    import torch
+
+    class HeadLogProbs(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, hidden, weight, labels, vocab, temperature, entropy, entropy_grad):  # type: ignore[no-untyped-def]
+            w = weight[:vocab]
+            n = hidden.shape[0]
+            step = chunk_tokens(vocab)
+            lse = hidden.new_empty(n, dtype=torch.float32)
+            picked = torch.empty_like(lse)
+            ent = torch.empty_like(lse) if entropy else lse.new_empty(0)
+            with torch.no_grad():
+                for i in range(0, n, step):
+                    x = _chunk_logits(hidden[i : i + step], w, temperature)
+                    chunk_lse = torch.logsumexp(x, dim=-1)
+                    lse[i : i + step] = chunk_lse
+                    picked[i : i + step] = x.gather(-1, labels[i : i + step, None])[:, 0]
+                    if entropy:
+                        p = torch.exp(x - chunk_lse[:, None])
+                        ent[i : i + step] = chunk_lse - (p * x).sum(-1)
+            picked -= lse
+            ctx.save_for_backward(hidden, weight, labels, lse, ent)
+            ctx.settings = (vocab, temperature, entropy_grad)
+            if not entropy_grad:
+                ctx.mark_non_differentiable(ent)
+            return picked, ent
+
+        @staticmethod
+        def backward(ctx, grad_picked, grad_ent):  # type: ignore[no-untyped-def]
+            hidden, weight, labels, lse, ent = ctx.saved_tensors
+            vocab, temperature, entropy_grad = ctx.settings
+            w = weight[:vocab]
+            want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+            grad_h = torch.zeros_like(hidden) if want_h else None
+            grad_w = (
+                torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+                if want_w
+                else None
+            )
+            if grad_picked is None:
+                grad_picked = torch.zeros_like(lse)
+            step = chunk_tokens(vocab)
+            for i in range(0, hidden.shape[0], step):
+                h = hidden[i : i + step]
+                x = _chunk_logits(h, w, temperature)
+                p = torch.exp(x - lse[i : i + step, None])
+                # d log p(label) / dx = onehot - p, scaled by the upstream gradient
+                g = p * -grad_picked[i : i + step, None]
+                g.scatter_add_(-1, labels[i : i + step, None], grad_picked[i : i + step, None])
+                if entropy_grad and grad_ent is not None:
+                    # d H / dx = -p (x - E[x]), E[x] = lse - H
+                    mean = (lse[i : i + step] - ent[i : i + step])[:, None]
+                    g -= grad_ent[i : i + step, None] * p * (x - mean)
+                if temperature != 1.0:
+                    g /= temperature
+                g = g.to(hidden.dtype)
+                if grad_h is not None:
+                    grad_h[i : i + step] = g @ w
+                if grad_w is not None:
+                    grad_w[:vocab] += (g.t() @ h).float()
+            if grad_w is not None:
+                grad_w = grad_w.to(weight.dtype)
+            return grad_h, grad_w, None, None, None, None, None
+
+    return HeadLogProbs

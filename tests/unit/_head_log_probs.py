@@ -1,0 +1,95 @@
+"""Fresh-process helper for test_head_log_probs.py: a real megatron GPTModel (TP 1) run under
+`select_tokens` with and without `hidden_only`; the scored tokens' log-probs and entropies
+and every parameter's gradient of one weighted loss, by the plain path (logits, then the
+log-softmax) and the chunked head (`head_log_probs`).
+
+Arguments: {"arch": ModelArchConfig kwargs, "entropy_grad": bool, "chunk_bytes": int}.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.fresh_process import json_main
+
+
+def main(args: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    import mindrl.models.head_log_probs as chunked
+    from mindrl.config.model_arch import ModelArchConfig
+    from mindrl.models.gpt import build_gpt_model
+    from mindrl.models.logprobs import (
+        causal_attention_mask,
+        log_probs_and_entropy,
+        position_ids_from_mask,
+    )
+    from mindrl.models.parallel import init_parallel
+    from mindrl.models.token_select import TokenSelection, select_tokens, selected_logits
+
+    chunked.CHUNK_BYTES = args["chunk_bytes"]  # several chunks on this small batch
+    init_parallel(1, 1, accelerator="cpu", seed=1)
+    arch = ModelArchConfig(**args["arch"])
+    model = build_gpt_model(arch)
+    model.train()
+    gen = torch.Generator().manual_seed(0)
+    batch, seq = 3, 24
+    tokens = torch.randint(0, arch.vocab_size, (batch, seq), generator=gen)
+    attention = torch.ones(batch, seq, dtype=torch.long)
+    attention[1, :6] = 0  # left padding
+    response = attention[:, 1:].clone()
+    response[:, :8] = 0  # the prompt is not scored
+    selection = TokenSelection.from_mask(response)
+    weights = torch.randn(selection.size, generator=gen)
+    entropy_weights = torch.randn(selection.size, generator=gen)
+    entropy_grad = args["entropy_grad"]
+
+    results = {}
+    for hidden_only in (False, True):
+        model.zero_grad()
+        with select_tokens(model, selection, hidden_only=hidden_only) as head:
+            out = model(
+                tokens, position_ids_from_mask(attention), causal_attention_mask(seq, attention)
+            )
+        labels = selection.labels(tokens)
+        if head.weight is not None:
+            picked, entropy = chunked.head_log_probs(
+                out[0],
+                head.weight,
+                labels,
+                vocab_size=arch.vocab_size,
+                entropy=True,
+                entropy_grad=entropy_grad,
+            )
+        else:
+            picked, entropy = log_probs_and_entropy(
+                selected_logits(out, selection),
+                labels,
+                vocab_size=arch.vocab_size,
+                entropy_grad=entropy_grad,
+            )
+        loss = (picked * weights).sum()
+        if entropy_grad:
+            loss = loss + (entropy * entropy_weights).sum()
+        loss.backward()
+        results[hidden_only] = {
+            "used_head": head.weight is not None,
+            "picked": picked.detach(),
+            "entropy": entropy.detach(),
+            "grads": {n: p.grad.detach().clone() for n, p in model.named_parameters()},
+        }
+    plain, fused = results[False], results[True]
+    grad_gap = max(float((plain["grads"][n] - g).abs().max()) for n, g in fused["grads"].items())
+    return {
+        "plain_used_head": plain["used_head"],
+        "fused_used_head": fused["used_head"],
+        "log_prob_gap": float((plain["picked"] - fused["picked"]).abs().max()),
+        "entropy_gap": float((plain["entropy"] - fused["entropy"]).abs().max()),
+        "grad_gap": grad_gap,
+        "grad_scale": max(float(g.abs().max()) for g in plain["grads"].values()),
+        "finite": all(bool(torch.isfinite(g).all()) for g in fused["grads"].values()),
+    }
+
+
+if __name__ == "__main__":
+    json_main(main)
