@@ -58,6 +58,7 @@ logger = logging.getLogger(__name__)
 # reads it when `ray` is imported, so it must be set before that. It also makes `ray start`
 # refuse to join other nodes, so it is used for the embedded single-node cluster only.
 LOOPBACK_ONLY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+NO_IDLE_WORKERS = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
 
 # Driver variables that workers need to behave like the driver (offline hubs, asset cache,
 # vLLM knobs). Names that look like secrets are never shipped: runtime_env is stored in the GCS.
@@ -125,6 +126,9 @@ def ray_init_kwargs(
     if runtime.ray_address == "local":  # never Ray's own discovery (RAY_ADDRESS, current file)
         kwargs["address"] = "local"
     kwargs["num_cpus"] = int(runtime.ray_num_cpus or os.cpu_count() or 1)
+    # mindrl's workers are actors, each started when it is created: idle task workers that
+    # Ray starts ahead (one per CPU, ~60 MB each) would wait the whole run for nothing
+    kwargs["_system_config"] = dict(NO_IDLE_WORKERS)
     kwargs["_node_ip_address"] = LOOPBACK  # kept only with LOOPBACK_ONLY_ENV (see above)
     kwargs["include_dashboard"] = bool(runtime.ray_dashboard)
     if runtime.ray_dashboard:

@@ -167,6 +167,29 @@ def test_embedded_cluster_is_local_and_private(cluster):
     assert cluster.init_kwargs["namespace"] == "mindrl"
 
 
+IDLE_WATCH_S = 3.0  # Ray starts its idle task workers right after the driver connects
+
+
+def _idle_task_workers() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.cmdline()[:1] == ["ray::IDLE"]:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_embedded_cluster_starts_no_idle_task_workers(cluster):
+    """One idle Python worker per CPU, started ahead for tasks mindrl never sends, would sit
+    in memory the whole run (~60 MB each); actors start their own when created."""
+    deadline = time.monotonic() + IDLE_WATCH_S
+    while time.monotonic() < deadline:
+        assert not _idle_task_workers()
+        time.sleep(0.2)
+
+
 def test_nested_start_reuses_and_leaves_ray_running(cluster):
     with start_or_connect(RuntimeConfig(), get_accelerator("cpu")) as inner:
         assert not inner.owns_connection and not inner.embedded

@@ -26,6 +26,11 @@ def test_embedded_init_has_no_public_dashboard():
     assert kw["num_cpus"] == os.cpu_count()
     assert kw["namespace"] == "mindrl" and kw["log_to_driver"] is True
     assert "address" not in kw
+    # no idle task workers started ahead: mindrl's workers are actors
+    assert kw["_system_config"] == {
+        "enable_worker_prestart": False,
+        "prestart_worker_first_driver": False,
+    }
 
 
 def test_dashboard_when_asked_binds_loopback_by_default():
@@ -42,7 +47,14 @@ def test_dashboard_when_asked_binds_loopback_by_default():
 def test_connect_passes_address_only():
     kw = ray_init_kwargs(RuntimeConfig(ray_address="auto", ray_num_cpus=8), CPU, environ={})
     assert kw["address"] == "auto"
-    for key in ("num_cpus", "include_dashboard", "dashboard_host", "resources", "num_gpus"):
+    for key in (
+        "num_cpus",
+        "include_dashboard",
+        "dashboard_host",
+        "resources",
+        "num_gpus",
+        "_system_config",  # Ray refuses it when joining a running cluster
+    ):
         assert key not in kw
 
 
