@@ -58,12 +58,17 @@ class ReleasedStorages:
 
     def restore(self) -> None:
         """Give every storage its size back, zero-filled."""
-        import torch
-
         for storage, nbytes in self.storages:
             storage.resize_(nbytes)
-            torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage).zero_()
+            storage_bytes(storage).zero_()
         self.storages = []
+
+
+def storage_bytes(storage: torch.UntypedStorage) -> torch.Tensor:
+    """A flat uint8 tensor over the whole of `storage`."""
+    import torch
+
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
 
 
 def kv_cache_tensors(model: Any) -> list[torch.Tensor]:

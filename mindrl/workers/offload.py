@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mindrl.config.generate import GenerateConfig
+from mindrl.rollout.host_release import storage_bytes
 
 PARTS = ("params", "grads", "optimizer")
 KEEPS_CONTENTS = {"params": True, "grads": False, "optimizer": True}
@@ -127,13 +128,6 @@ def training_storages(
     return out
 
 
-def _bytes_of(storage: Any) -> Any:
-    """A flat uint8 tensor over the whole of `storage`."""
-    import torch
-
-    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
-
-
 @dataclass
 class _Moved:
     part: str
@@ -215,7 +209,7 @@ class TrainingStateOffload:
                     host = None
                     if KEEPS_CONTENTS[part]:
                         host = self._host_buffer(storage, nbytes, pin)
-                        host.copy_(_bytes_of(storage), non_blocking=pin)
+                        host.copy_(storage_bytes(storage), non_blocking=pin)
                     moved.append(_Moved(part, storage, nbytes, host))
             acc.synchronize()  # the copies are done before the memory goes
             for m in moved:
@@ -237,7 +231,7 @@ class TrainingStateOffload:
         with torch.no_grad():
             for m in moved:
                 m.storage.resize_(m.nbytes)
-                view = _bytes_of(m.storage)
+                view = storage_bytes(m.storage)
                 if m.host is None:
                     view.zero_()
                 else:
