@@ -5,8 +5,9 @@
   (`init_parallel`, `parallel_info`, `destroy_parallel`).
 - `gpt`: GPTModel from a `ModelArchConfig` at the current TP/PP (`build_gpt_model`,
   `transformer_config_from_arch`, `validate_parallel_layout`).
-- `logprobs`: vocab-parallel per-token log-probs and a forward-only pipeline helper
-  (`vocab_parallel_log_probs`, `forward_only`, `causal_attention_mask`); `entropy` the
+- `logprobs`: vocab-parallel per-token log-probs, masks and positions
+  (`vocab_parallel_log_probs`, `scored_log_probs`, `causal_attention_mask`); `forward_pass`
+  the no-gradient pass through megatron's pipeline schedule (`forward_only`); `entropy` the
   per-token entropy; `vocab_slice` the TP rank's padded-vocab slice both start from.
 - `dtypes`: the one table of dtype names (`torch_dtype`, `dtype_short_name`, `dtype_long_name`).
 """

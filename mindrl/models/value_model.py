@@ -107,10 +107,9 @@ def forward_values(
     """[B, S-1] fp32 values of every position, no gradients, through megatron's pipeline
     schedule; every pipeline rank returns the same tensor."""
     from mindrl.data.packing import round_up
+    from mindrl.models.forward_pass import forward_only_schedule, last_stage_output
     from mindrl.models.logprobs import (
         causal_attention_mask,
-        forward_only_schedule,
-        last_stage_output,
         pad_columns,
         position_ids_from_mask,
         sequence_multiple,

@@ -148,7 +148,7 @@ class MegatronModelWorker(Worker):
         ("ref" or "actor"; default: this worker's role)."""
         from mindrl.data.batch import micro_batch_size
         from mindrl.data.packing import pass_packing
-        from mindrl.models.logprobs import forward_only
+        from mindrl.models.forward_pass import forward_only
 
         for chunk in self.model_chunks:
             chunk.eval()

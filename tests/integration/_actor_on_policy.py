@@ -18,7 +18,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     from _actor_setup import actor_and_sampled_batch
 
     from mindrl.algorithms import compute_advantages
-    from mindrl.models.logprobs import forward_only
+    from mindrl.models.forward_pass import forward_only
 
     # 8 prompts x 8 samples in one mini-batch: one optimizer step per RL step
     run, worker, batch = actor_and_sampled_batch(["rl_config.mini_batch_size=8"])

@@ -16,9 +16,9 @@ def megatron_greedy(
     model_dir: str, prompts: list[list[int]], new: int, eos: int
 ) -> list[list[int]]:
     from mindrl.checkpoint.online import load_hf_into_mcore
+    from mindrl.models.forward_pass import forward_only
     from mindrl.models.gpt import build_gpt_model
     from mindrl.models.hf_arch import arch_from_hf_config
-    from mindrl.models.logprobs import forward_only
     from mindrl.models.parallel import init_parallel
 
     init_parallel(1, 1, accelerator="cpu")

@@ -33,9 +33,9 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
         save_mcore_checkpoint,
     )
     from mindrl.checkpoint.online import export_mcore_to_hf, load_hf_into_mcore
+    from mindrl.models.forward_pass import forward_only
     from mindrl.models.gpt import build_gpt_model
     from mindrl.models.hf_arch import arch_from_hf_config
-    from mindrl.models.logprobs import forward_only
     from mindrl.models.parallel import destroy_parallel, init_parallel
 
     torch.set_num_threads(1)

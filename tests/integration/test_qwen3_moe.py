@@ -18,9 +18,9 @@ import torch
 from mindrl.assets import models
 from mindrl.checkpoint.mcore_io import load_mcore_checkpoint, read_checkpoint_info
 from mindrl.checkpoint.online import load_hf_into_mcore
+from mindrl.models.forward_pass import forward_only
 from mindrl.models.gpt import build_gpt_model
 from mindrl.models.hf_arch import arch_from_hf_config
-from mindrl.models.logprobs import forward_only
 from mindrl.models.parallel import destroy_parallel, init_parallel
 from tests.fresh_process import run_json_ranks
 from tests.integration.test_convert_roundtrip import assert_bit_exact, hf_tensors

@@ -8,6 +8,9 @@ Runs, one after the other in this invocation, each in its own process tree:
   trl_fp32     tools/bench/trl_grpo.py: TRL's GRPOTrainer on the same model, prompt store,
                verifier, group size, prompts per step, max new tokens, sampling, lr, Adam,
                clip ratio, KL coefficient and micro-batch size, read from the same config
+               (with the --mindrl-override's applied); gradient checkpointing on exactly when
+               mindrl recomputes whole layers (`recompute_granularity: full`), so without
+               recompute TRL runs at its fastest, not its default (checkpointing on)
   with --bf16 also mindrl_bf16 (bf16 weights and vLLM, megatron's mixed-precision optimizer
   with fp32 master weights), trl_bf16 (bf16 weights and Adam state: cheaper, less precise) and
   trl_bf16_mixed (fp32 weights, bf16 autocast: megatron's arithmetic). The report names the
@@ -183,7 +186,9 @@ def run_roofline(config: str, overrides: list[str], metrics_path: Path) -> dict:
     return measure(run, step_rows(metrics_path))
 
 
-def run_trl(name: str, config: str, steps: int, precision: str, work: Path) -> dict:
+def run_trl(
+    name: str, config: str, steps: int, precision: str, work: Path, overrides: tuple[str, ...] = ()
+) -> dict:
     out = work / f"{name}.json"
     cmd = [
         sys.executable,
@@ -197,6 +202,7 @@ def run_trl(name: str, config: str, steps: int, precision: str, work: Path) -> d
     ]
     if precision != "fp32":
         cmd.append("--" + precision.replace("_", "-"))  # --bf16 / --bf16-mixed
+    cmd += ["--", *overrides]  # the mindrl run's workload (recompute included)
     start = time.perf_counter()
     peak = run_tree(cmd, work / f"{name}.log", timeout_s=600 + steps * 400)
     result = json.loads(out.read_text())
@@ -329,7 +335,9 @@ def main(argv: list[str] | None = None) -> int:
                     name, args.config_name, args.steps, precision, work, (*args.mindrl_override,)
                 )
             else:
-                res = run_trl(name, args.config_name, args.steps, precision, work)
+                res = run_trl(
+                    name, args.config_name, args.steps, precision, work, (*args.mindrl_override,)
+                )
             res["summary"] = summarize(res)
             s = res["summary"]
             print(

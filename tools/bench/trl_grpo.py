@@ -17,6 +17,12 @@ Precision: fp32 by default; `--bf16` loads the weights in bf16 and trains them d
 Adam state, no fp32 copy: "pure" bf16); `--bf16-mixed` keeps fp32 weights and Adam state and
 runs the forward/backward under bf16 autocast (HF/accelerate mixed precision), the closer
 match to megatron's bf16 (bf16 compute, fp32 master weights).
+
+Activation recomputation follows the config too: TRL's GRPOConfig turns gradient
+checkpointing on by default (every decoder layer recomputed in the backward), mindrl's actor
+recomputes only with `recompute_granularity: full`. The baseline checkpoints exactly when the
+mindrl run does, so both run the same arithmetic and, without recompute, TRL runs at its
+fastest setting rather than its leanest.
 """
 
 from __future__ import annotations
@@ -57,6 +63,12 @@ class PhaseClock:
             return out
 
         setattr(obj, name, timed)
+
+
+def recomputes_layers(run: Any) -> bool:
+    """Whether the mindrl actor recomputes whole layers in the backward, as HF gradient
+    checkpointing does (selective recompute of the attention core has no HF counterpart)."""
+    return run.actor.memory.recompute_granularity == "full"
 
 
 def build_trainer(run: Any, steps: int, precision: str, out_dir: Path, clock: PhaseClock) -> Any:
@@ -113,6 +125,7 @@ def build_trainer(run: Any, steps: int, precision: str, out_dir: Path, clock: Ph
         loss_type="dapo",  # token mean over the whole batch, as loss_agg_mode token-mean
         scale_rewards="group",  # (r - group mean) / group std, as adv_estimator group_norm
         bf16=precision != "fp32",
+        gradient_checkpointing=recomputes_layers(run),
         use_cpu=True,
         seed=actor.data.seed,
         logging_steps=1,
@@ -208,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         "precision": precision,
         "param_dtype": str(next(trainer.model.parameters()).dtype),
         "autocast": trainer.accelerator.mixed_precision,
+        "gradient_checkpointing": trainer.args.gradient_checkpointing,
         "train_wall_s": wall,
         "steps": step_clock.steps,
         "process_peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
