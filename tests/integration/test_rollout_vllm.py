@@ -173,8 +173,15 @@ def test_engine_seed_reproducible_across_instances(fresh_process, tiny_model_dir
     assert out["a"][0] != out["c"][0]  # another engine seed -> other samples
 
 
+def _head_shares_embedding_kernel(model) -> bool:
+    return model.lm_head.cpu_linear is model.model.embed_tokens.cpu_linear
+
+
 def test_update_weights_in_small_buckets(vllm_engine, tiny_model_dir, chat_prompts):
     from mindrl.assets.models import tiny_model_dir as build
+
+    # the tiny model's LM head is tied: one packed vocabulary matrix on CPU, from the start
+    assert vllm_engine.llm.apply_model(_head_shares_embedding_kernel) == [True]
 
     other_dir = build(seed=1)
     original = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
@@ -188,6 +195,7 @@ def test_update_weights_in_small_buckets(vllm_engine, tiny_model_dir, chat_promp
         for bucket in buckets:
             vllm_engine.update_weights(bucket)
         assert vllm_engine.pending_weight_names == []
+        assert vllm_engine.llm.apply_model(_head_shares_embedding_kernel) == [True]
         after = vllm_engine.generate(chat_prompts, GREEDY)
         _assert_same(after, ref.generate(chat_prompts, GREEDY))
         assert [r.token_ids for r in after] != [r.token_ids for r in before]
