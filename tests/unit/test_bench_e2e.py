@@ -86,3 +86,43 @@ def test_memory_ratio_is_fastest_against_fastest():
     }
     assert e2e.memory_ratio(results) == pytest.approx(2.0)  # 6.0 (fp32) / 3.0 (bf16)
     assert e2e.memory_ratio({"mindrl_fp32": res(1.0, 1.0)}) is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "checkpoints"),
+    [
+        ((), False),
+        (
+            (
+                "actor_config.recompute_granularity=full",
+                "actor_config.recompute_method=uniform",
+                "actor_config.recompute_num_layers=1",
+            ),
+            True,
+        ),
+        (("actor_config.recompute_granularity=selective",), False),
+    ],
+)
+def test_trl_checkpoints_activations_exactly_when_mindrl_recomputes_layers(overrides, checkpoints):
+    from mindrl.config import load_run_config
+    from tools.bench.trl_grpo import recomputes_layers
+
+    run = load_run_config("grpo_smollm2_cpu", list(overrides), check_paths=False)[0]
+    assert recomputes_layers(run) is checkpoints
+
+
+def test_trl_run_gets_the_mindrl_overrides(tmp_path, monkeypatch):
+    seen = []
+
+    def fake_tree(cmd, log, timeout_s):
+        seen.append(cmd)
+        out = cmd[cmd.index("--out") + 1]
+        with open(out, "w") as f:
+            f.write('{"steps": []}')
+        return 1.0
+
+    monkeypatch.setattr(e2e, "run_tree", fake_tree)
+    overrides = ("~ref_config", "actor_config.recompute_granularity=full")
+    e2e.run_trl("trl_fp32", "grpo_smollm2_cpu", 3, "fp32", tmp_path, overrides)
+    cmd = seen[0]
+    assert cmd[cmd.index("--") + 1 :] == list(overrides)
