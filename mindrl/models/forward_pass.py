@@ -115,7 +115,8 @@ def forward_only(
     chunks = list(model_chunks) if isinstance(model_chunks, (list, tuple)) else [model_chunks]
     device = next(chunks[0].parameters()).device
     batch, asked_seq = input_ids.shape
-    seq = round_up(asked_seq, sequence_multiple(chunks))
+    multiple = sequence_multiple(chunks)
+    seq = round_up(asked_seq, multiple)
     mbs = micro_batch_size or batch
     if batch % mbs:
         raise ValueError(f"batch size {batch} is not a multiple of micro_batch_size {mbs}")
@@ -129,7 +130,6 @@ def forward_only(
         input_ids, attention_mask = pad_columns(input_ids, seq), pad_columns(attention_mask, seq)
         if response_mask is not None:
             response_mask = pad_columns(response_mask, seq - 1)
-    multiple = sequence_multiple(chunks)
     if output == "log_probs" and packing is not None and packing.active:
         assert response_mask is not None
         groups, micro_batches = packed_log_prob_inputs(
