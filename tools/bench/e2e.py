@@ -323,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip_trl:
         plan = [(stack, precision) for stack, precision in plan if stack != "trl"]
 
+    overrides = tuple(args.mindrl_override)  # the same workload for both stacks
     results: dict[str, dict] = {}
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="mindrl-e2e-") as tmp:
@@ -331,13 +332,9 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{stack}_{precision}"
             print(f"e2e: running {name} ({args.steps} steps) ...", flush=True)
             if stack == "mindrl":
-                res = run_mindrl(
-                    name, args.config_name, args.steps, precision, work, (*args.mindrl_override,)
-                )
+                res = run_mindrl(name, args.config_name, args.steps, precision, work, overrides)
             else:
-                res = run_trl(
-                    name, args.config_name, args.steps, precision, work, (*args.mindrl_override,)
-                )
+                res = run_trl(name, args.config_name, args.steps, precision, work, overrides)
             res["summary"] = summarize(res)
             s = res["summary"]
             print(
