@@ -154,8 +154,14 @@ class EnginePlatform:
                 out["LOCAL_RANK"] = "0"
         return out
 
-    def update_weights(self, llm: Any, named: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load HF-named tensors in place (fused layers whole, see `VLLMRolloutEngine`)."""
+    def update_weights(
+        self,
+        llm: Any,
+        named: Iterable[tuple[str, torch.Tensor]],
+        layers: Sequence[str] = (),
+    ) -> None:
+        """Load HF-named tensors in place (fused layers whole, see `VLLMRolloutEngine`).
+        `layers`: the vLLM modules the tensors fill, for platforms that reload only those."""
         llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named)})
 
     def sleep_mode_available(self) -> bool:
@@ -206,6 +212,21 @@ class CPUPlatform(EnginePlatform):
     def sleep_mode_available(self) -> bool:
         return False
 
+    def update_weights(
+        self,
+        llm: Any,
+        named: Iterable[tuple[str, torch.Tensor]],
+        layers: Sequence[str] = (),
+    ) -> None:
+        """vLLM's layerwise reload over `layers` only (`scoped_reload`): a bucket no longer
+        walks, and warns about, every layer of the model; the full reload without them."""
+        from mindrl.rollout.scoped_reload import has_layerwise_reload, reload_layers
+
+        if not layers or not has_layerwise_reload():
+            super().update_weights(llm, named)
+            return
+        llm.collective_rpc(reload_layers, kwargs={"weights": list(named), "layers": list(layers)})
+
 
 class AscendPlatform(EnginePlatform):
     """vllm-ascend; `version` selects the weight-update path (installed version if None)."""
@@ -244,7 +265,12 @@ class AscendPlatform(EnginePlatform):
         out["VLLM_ASCEND_ENABLE_NZ"] = "0"
         return out
 
-    def update_weights(self, llm: Any, named: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def update_weights(
+        self,
+        llm: Any,
+        named: Iterable[tuple[str, torch.Tensor]],
+        layers: Sequence[str] = (),
+    ) -> None:
         if self.weight_update == "reload_weights":
             super().update_weights(llm, named)
         elif self.weight_update == "layerwise":

@@ -329,7 +329,8 @@ class VLLMRolloutEngine(RolloutEngine):
             self._pending[layer] = {n: t.detach().clone() for n, t in self._pending[layer].items()}
 
     def _reload(self, named: list[tuple[str, torch.Tensor]]) -> None:
-        self.platform.update_weights(self.llm, named)
+        layers = sorted({self._grouper.layer_of(name) for name, _ in named})
+        self.platform.update_weights(self.llm, named, layers)
         if any("embed_tokens" in name for name, _ in named):
             self.llm.apply_model(refresh_tied_lm_head)
         self.llm.reset_prefix_cache()

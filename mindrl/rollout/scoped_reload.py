@@ -1,0 +1,65 @@
+"""vLLM's layerwise weight reload, limited to the layers one bucket of weights fills.
+
+vLLM 0.32's ``reload_weights`` prepares every layer of the model for loading (its tensors
+moved to the meta device, its loaders wrapped), loads what the bucket holds, then finishes
+every layer again: layers the bucket did not reach are put back, each with a "Failed to load
+weights" warning. A weight sync streams the model in buckets (`weight_sync_bucket_mb`), so
+every bucket paid that walk over the whole model and logged a warning per untouched layer
+(SmolLM2 fp32 in 256 MB buckets: three walks, ~330 warnings per sync). Preparing and
+finishing only the layers named in the bucket runs the same vLLM steps on the layers that
+change (each is rebuilt, its CPU GEMM handle re-packed, exactly as in a full reload) and
+nothing on the rest.
+
+This function runs inside vLLM's worker (``collective_rpc``): vLLM imports stay in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def has_layerwise_reload() -> bool:
+    """Whether the installed vLLM exposes the layerwise reload steps this path uses."""
+    try:
+        from vllm.model_executor.model_loader.reload.layerwise import (  # noqa: F401
+            finalize_layerwise_processing,
+            initialize_layerwise_reload,
+        )
+    except ImportError:
+        return False
+    return True
+
+
+def reload_layers(worker: Any, weights: list[tuple[str, Any]], layers: Sequence[str]) -> None:
+    """In the worker: reload `weights` (HF names) into the model, preparing and finishing only
+    `layers` (module paths in vLLM's model, which must hold every weight sent); then drop
+    what was derived from the old weights, as ``GPUModelRunner.reload_weights`` does.
+
+    Falls back to vLLM's full reload when a name is not a module of the model (an MoE
+    checkpoint names experts one by one, vLLM fuses them) or the engine serves LoRA adapters
+    (their wrappers hold tensors no checkpoint weight fills)."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.reload.layerwise import (
+        finalize_layerwise_processing,
+        initialize_layerwise_reload,
+    )
+
+    runner = worker.model_runner
+    model = runner.model
+    try:
+        modules = [model.get_submodule(name) for name in layers]
+    except AttributeError:
+        modules = None
+    if modules is None or worker.vllm_config.lora_config is not None:
+        runner.reload_weights(weights_iterator=weights)
+        return
+    with set_current_vllm_config(worker.vllm_config), torch.device(worker.device):
+        for module in modules:
+            initialize_layerwise_reload(module)
+        model.load_weights(weights)
+        for module in modules:
+            finalize_layerwise_processing(module, worker.model_config)
+    for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):
+        getattr(runner, reset, lambda: None)()
