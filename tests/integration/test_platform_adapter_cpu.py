@@ -38,9 +38,9 @@ class _CountingCPUPlatform(CPUPlatform):
     def __init__(self) -> None:
         self.sent = 0
 
-    def update_weights(self, llm, named) -> None:
+    def update_weights(self, llm, named, layers=()) -> None:
         self.sent += len(named)
-        super().update_weights(llm, named)
+        super().update_weights(llm, named, layers)
 
 
 def _options(**extra):
