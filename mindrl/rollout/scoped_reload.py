@@ -10,7 +10,7 @@ finishing only the layers named in the bucket runs the same vLLM steps on the la
 change (each is rebuilt, its CPU GEMM handle re-packed, exactly as in a full reload) and
 nothing on the rest.
 
-This function runs inside vLLM's worker (``collective_rpc``): vLLM imports stay in it.
+`reload_layers` runs inside vLLM's worker (``collective_rpc``); vLLM is imported there only.
 """
 
 from __future__ import annotations
@@ -61,5 +61,6 @@ def reload_layers(worker: Any, weights: list[tuple[str, Any]], layers: Sequence[
         model.load_weights(weights)
         for module in modules:
             finalize_layerwise_processing(module, worker.model_config)
-    for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):
-        getattr(runner, reset, lambda: None)()
+    runner.reset_lora_state()
+    runner.reset_encoder_cache()
+    runner.reset_mm_cache()
