@@ -279,18 +279,9 @@ def _layerwise_reload(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> N
     """In the worker: vLLM's layerwise reload, as vllm-ascend 0.22/0.23's NPUWorker runs it
     around a trainer transfer (initialize -> model.load_weights -> finalize, on its device);
     it is also what vLLM 0.32's ``reload_weights`` does inside."""
-    import torch
-    from vllm.config import set_current_vllm_config
-    from vllm.model_executor.model_loader.reload import (
-        finalize_layerwise_reload,
-        initialize_layerwise_reload,
-    )
+    from mindrl.rollout.scoped_reload import load_layerwise
 
-    model = worker.model_runner.model
-    with set_current_vllm_config(worker.vllm_config), torch.device(worker.device):
-        initialize_layerwise_reload(model)
-        model.load_weights(weights)
-        finalize_layerwise_reload(model, worker.model_config)
+    load_layerwise(worker, weights, [worker.model_runner.model])
 
 
 def _model_load_weights(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> None:

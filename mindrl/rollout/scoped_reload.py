@@ -10,7 +10,9 @@ finishing only the layers named in the bucket runs the same vLLM steps on the la
 change (each is rebuilt, its CPU GEMM handle re-packed, exactly as in a full reload) and
 nothing on the rest.
 
-`reload_layers` runs inside vLLM's worker (``collective_rpc``); vLLM is imported there only.
+`reload_layers` runs inside vLLM's worker (``collective_rpc``); its layerwise steps
+(`load_layerwise`) also serve vllm-ascend 0.22/0.23's whole-model reload. vLLM is imported
+inside them only.
 """
 
 from __future__ import annotations
@@ -22,13 +24,32 @@ from typing import Any
 def has_layerwise_reload() -> bool:
     """Whether the installed vLLM exposes the layerwise reload steps this path uses."""
     try:
-        from vllm.model_executor.model_loader.reload.layerwise import (  # noqa: F401
-            finalize_layerwise_processing,
+        from vllm.model_executor.model_loader.reload import (  # noqa: F401
+            finalize_layerwise_reload,
             initialize_layerwise_reload,
         )
     except ImportError:
         return False
     return True
+
+
+def load_layerwise(worker: Any, weights: list[tuple[str, Any]], modules: Sequence[Any]) -> None:
+    """In the worker: vLLM's layerwise reload steps over `modules` (prepare each, the model's
+    ``load_weights``, finish each: rebuilt and re-processed, e.g. re-packed on CPU), on the
+    worker's device and under its vLLM config."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.reload import (
+        finalize_layerwise_reload,
+        initialize_layerwise_reload,
+    )
+
+    with set_current_vllm_config(worker.vllm_config), torch.device(worker.device):
+        for module in modules:
+            initialize_layerwise_reload(module)
+        worker.model_runner.model.load_weights(weights)
+        for module in modules:
+            finalize_layerwise_reload(module, worker.model_config)
 
 
 def reload_layers(worker: Any, weights: list[tuple[str, Any]], layers: Sequence[str]) -> None:
@@ -39,13 +60,6 @@ def reload_layers(worker: Any, weights: list[tuple[str, Any]], layers: Sequence[
     Falls back to vLLM's full reload when a name is not a module of the model (an MoE
     checkpoint names experts one by one, vLLM fuses them) or the engine serves LoRA adapters
     (their wrappers hold tensors no checkpoint weight fills)."""
-    import torch
-    from vllm.config import set_current_vllm_config
-    from vllm.model_executor.model_loader.reload.layerwise import (
-        finalize_layerwise_processing,
-        initialize_layerwise_reload,
-    )
-
     runner = worker.model_runner
     model = runner.model
     try:
@@ -55,12 +69,7 @@ def reload_layers(worker: Any, weights: list[tuple[str, Any]], layers: Sequence[
     if modules is None or worker.vllm_config.lora_config is not None:
         runner.reload_weights(weights_iterator=weights)
         return
-    with set_current_vllm_config(worker.vllm_config), torch.device(worker.device):
-        for module in modules:
-            initialize_layerwise_reload(module)
-        model.load_weights(weights)
-        for module in modules:
-            finalize_layerwise_processing(module, worker.model_config)
+    load_layerwise(worker, weights, modules)
     runner.reset_lora_state()
     runner.reset_encoder_cache()
     runner.reset_mm_cache()
