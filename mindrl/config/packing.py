@@ -18,9 +18,9 @@ if TYPE_CHECKING:
 
 def packing_problems(run: RunConfig) -> list[str]:
     cfg = run.rl.micro_batching
+    out = shared_prompt_problems(run)
     if not (cfg.use_remove_padding or cfg.use_dynamic_bsz):
-        return []
-    out = []
+        return out
     roles = [r for r in (run.actor, run.ref) if r is not None]
     if cfg.use_dynamic_bsz:
         for role in roles:
@@ -42,3 +42,23 @@ def packing_problems(run: RunConfig) -> list[str]:
             "(packing covers the actor and the reference)",
         )
     return out
+
+
+def shared_prompt_problems(run: RunConfig) -> list[str]:
+    """`share_prompt_forward` packs a prompt's rows into one block: it needs the packed layout,
+    and its attention mask is built for megatron's local attention (the CPU path)."""
+    cfg = run.rl.micro_batching
+    if not cfg.share_prompt_forward:
+        return []
+    if not cfg.use_remove_padding:
+        return [
+            "rl_config.share_prompt_forward packs a prompt's samples together: set "
+            "use_remove_padding: true with it"
+        ]
+    if run.runtime.accelerator in ("npu", "cuda"):
+        return [
+            f"rl_config.share_prompt_forward on {run.runtime.accelerator}: its attention "
+            "mask is built for megatron's local attention (CPU); Transformer Engine's / "
+            "MindSpeed's fused attention would need it as an arbitrary mask (not built)"
+        ]
+    return []

@@ -129,6 +129,13 @@ class MicroBatchingConfig:
         help="micro-batches formed by each pass's token budget "
         "(*_max_packing_token_size, at most *_dynamic_max_batch_size samples)",
     )
+    share_prompt_forward: bool = spec(
+        False,
+        fate=PACKING,
+        help="mindrl's own key, with use_remove_padding: the samples of one prompt in a "
+        "micro-batch run the prompt once (each response attends to it), the same numbers "
+        "with less work; actor and reference passes, megatron's local attention",
+    )
     max_packing_token_size: int = spec(4096, ge=1, fate=PACKING_BASE)
     ref_max_packing_token_size: int = spec(4096, ge=1, fate=PACKING)
     actor_max_packing_token_size: int = spec(4096, ge=1, fate=PACKING)

@@ -20,7 +20,6 @@ for their passes, with the same function.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -41,6 +40,7 @@ class PackingSettings:
     dynamic_bsz: bool = False
     max_tokens: int = 4096  # token budget of one micro-batch (dynamic_bsz)
     max_rows: int | None = None  # at most this many rows per micro-batch (dynamic_bsz)
+    share_prompts: bool = False  # rows sharing a prompt run it once (`prefix_sharing`)
 
     @property
     def active(self) -> bool:
@@ -48,13 +48,19 @@ class PackingSettings:
 
 
 def balanced_partitions(
-    lengths: list[int], max_tokens: int, max_rows: int | None = None, min_parts: int = 1
+    lengths: list[int],
+    max_tokens: int,
+    max_rows: int | None = None,
+    min_parts: int = 1,
+    rows: list[int] | None = None,
 ) -> list[list[int]]:
     """Row indices grouped into as few micro-batches as fit `max_tokens` tokens (and
     `max_rows` rows) each, at least `min_parts`, with the tokens spread evenly: longest row
     first into the lightest group. Each group lists its rows in batch order; the groups are
-    ordered by their first row."""
+    ordered by their first row. `rows`: how many rows each item stands for (default 1: an
+    item is a row; blocks of rows sharing a prompt count theirs)."""
     n = len(lengths)
+    weights = rows or [1] * n
     if n == 0:
         return []
     too_long = [i for i, n_tok in enumerate(lengths) if n_tok > max_tokens]
@@ -67,10 +73,10 @@ def balanced_partitions(
         )
     parts = max(min_parts, -(-sum(lengths) // max_tokens))
     if max_rows is not None:
-        parts = max(parts, -(-n // max_rows))
+        parts = max(parts, -(-sum(weights) // max_rows))
     parts = min(parts, n)
     while True:
-        groups = _longest_first(lengths, parts, max_rows)
+        groups = _longest_first(lengths, parts, max_rows, weights)
         if groups is not None and all(sum(lengths[i] for i in g) <= max_tokens for g in groups):
             break
         parts += 1  # terminates: n groups of one row each fit (checked above)
@@ -78,22 +84,22 @@ def balanced_partitions(
     return sorted(ordered, key=lambda g: g[0])
 
 
-def _longest_first(lengths: list[int], parts: int, max_rows: int | None) -> list[list[int]] | None:
-    """Greedy balance: each row, longest first, into the group with the fewest tokens that
-    still has room for a row (None when max_rows cannot be met)."""
-    heap = [(0, k) for k in range(parts)]
+def _longest_first(
+    lengths: list[int], parts: int, max_rows: int | None, weights: list[int]
+) -> list[list[int]] | None:
+    """Greedy balance: each item, longest first, into the group with the fewest tokens that
+    still has room for its rows (None when max_rows cannot be met)."""
+    tokens = [0] * parts
+    counts = [0] * parts
     groups: list[list[int]] = [[] for _ in range(parts)]
-    full: list[tuple[int, int]] = []
     for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        if not heap:
+        room = [k for k in range(parts) if max_rows is None or counts[k] + weights[i] <= max_rows]
+        if not room:
             return None
-        tokens, k = heapq.heappop(heap)
+        k = min(room, key=lambda k: (tokens[k], k))
         groups[k].append(i)
-        entry = (tokens + lengths[i], k)
-        if max_rows is not None and len(groups[k]) >= max_rows:
-            full.append(entry)
-        else:
-            heapq.heappush(heap, entry)
+        tokens[k] += lengths[i]
+        counts[k] += weights[i]
     return groups
 
 
@@ -211,4 +217,5 @@ def pass_packing(cfg: MicroBatchingConfig, pass_name: str) -> PackingSettings:
         dynamic_bsz=cfg.use_dynamic_bsz,
         max_tokens=max_tokens,
         max_rows=max_rows,
+        share_prompts=cfg.use_remove_padding and cfg.share_prompt_forward,
     )

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import torch
 
     from mindrl.data.packing import PackingSettings
+    from mindrl.models.micro_batches import PromptRows
     from mindrl.models.token_select import TokenSelection
 
 
@@ -94,6 +95,7 @@ def forward_only(
     temperature: float = 1.0,
     response_mask: torch.Tensor | None = None,
     packing: PackingSettings | None = None,
+    prompt_lengths: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Run the model over `input_ids` without gradients through megatron's pipeline schedule.
 
@@ -102,7 +104,8 @@ def forward_only(
     output layer runs on those tokens alone, and without pipeline parallelism a
     micro-batch's trailing padding is not fed to the model. `packing` (log-probs only) forms
     the micro-batches by a token budget and / or packs each into one sequence
-    (`mindrl.data.packing`).
+    (`mindrl.data.packing`); with `packing.share_prompts` the rows of one prompt run it
+    once (`prompt_lengths` [B] says where each row's prompt ends).
     output="logits": [B, S, vocab_size] full-vocabulary logits (gathered over TP).
     Every rank of the pipeline returns the same tensor (broadcast from the last stage).
     """
@@ -132,8 +135,16 @@ def forward_only(
             response_mask = pad_columns(response_mask, seq - 1)
     if output == "log_probs" and packing is not None and packing.active:
         assert response_mask is not None
+        prompts = None
+        if packing.share_prompts and packing.remove_padding:
+            from mindrl.models.micro_batches import PromptRows, check_shared_prefix_chunks
+
+            if prompt_lengths is None:
+                raise ValueError("sharing prompts needs the rows' prompt_lengths")
+            check_shared_prefix_chunks(chunks)
+            prompts = PromptRows(input_ids, prompt_lengths)
         groups, micro_batches = packed_log_prob_inputs(
-            input_ids, attention_mask, response_mask.to(device), packing, mbs, multiple
+            input_ids, attention_mask, response_mask.to(device), packing, mbs, multiple, prompts
         )
         rows: torch.Tensor | None = torch.tensor(sum(groups, []), dtype=torch.long)
         schedule_seq, schedule_mbs = micro_batches[0]["tokens"].shape[1], 1
@@ -151,15 +162,20 @@ def forward_only(
         )
 
     def step(data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
+        from mindrl.models.shared_prefix import SharedPrefixParams, rope_at_positions
+
         mb = next(data_iterator)
         selection: TokenSelection | None = mb["selection"]
-        extra = {"packed_seq_params": mb["packed"]} if mb.get("packed") is not None else {}
+        packed = mb.get("packed")
+        extra = {"packed_seq_params": packed} if packed is not None else {}
+        shared = packed if isinstance(packed, SharedPrefixParams) else None
         head = OutputHead()
         if selection is None:
             out = model(mb["tokens"], mb["position_ids"], mb["mask"], **extra)
         else:
             with select_tokens(model, selection, hidden_only=True) as head:
-                out = model(mb["tokens"], mb["position_ids"], mb["mask"], **extra)
+                with rope_at_positions(model, shared):
+                    out = model(mb["tokens"], mb["position_ids"], mb["mask"], **extra)
 
         def finish(output_tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             if selection is not None:
@@ -224,9 +240,11 @@ def packed_log_prob_inputs(
     packing: PackingSettings,
     mbs: int,
     multiple: int,
+    prompts: PromptRows | None = None,
 ) -> tuple[list[list[int]], list[dict[str, Any]]]:
     """The pass's row groups and their micro-batches: each group packed into one sequence
-    (remove_padding) or padded to its longest row (dynamic batch sizes only)."""
+    (remove_padding; with `prompts`, a shared prompt once) or padded to its longest row
+    (dynamic batch sizes only)."""
     import torch
 
     from mindrl.data.packing import pack_rows
@@ -238,7 +256,7 @@ def packed_log_prob_inputs(
     )
 
     device = input_ids.device
-    groups = pass_groups(attention_mask, packing, mbs)
+    groups = pass_groups(attention_mask, packing, mbs, prompts)
     if not packing.remove_padding:
         if pipeline_split() and len({len(g) for g in groups}) > 1:
             raise ValueError(
@@ -248,10 +266,22 @@ def packed_log_prob_inputs(
         return groups, padded_inputs(
             input_ids, attention_mask, response_mask, groups, multiple, device
         )
-    fixed = fixed_packed_length(attention_mask, groups, multiple)
+    fixed = fixed_packed_length(attention_mask, groups, multiple, prompts)
     micro_batches = []
     for group in groups:
         index = torch.tensor(group, dtype=torch.long, device=device)
+        if prompts is not None:
+            micro_batches.append(
+                shared_prompt_inputs(
+                    input_ids[index],
+                    attention_mask[index],
+                    prompts.prompt_lengths[index.cpu()],
+                    response_mask[index],
+                    multiple,
+                    fixed,
+                )
+            )
+            continue
         packed = pack_rows(input_ids[index], attention_mask[index], multiple, fixed)
         micro_batches.append(
             {
@@ -263,3 +293,26 @@ def packed_log_prob_inputs(
             }
         )
     return groups, micro_batches
+
+
+def shared_prompt_inputs(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_lengths: torch.Tensor,
+    response_mask: torch.Tensor,
+    multiple: int,
+    length: int | None,
+) -> dict[str, Any]:
+    """One micro-batch of rows packed with each shared prompt once
+    (`mindrl.data.prefix_sharing`)."""
+    from mindrl.data.prefix_sharing import pack_shared
+    from mindrl.models.shared_prefix import shared_prefix_params
+
+    rows = pack_shared(input_ids, attention_mask, prompt_lengths, multiple, length)
+    return {
+        "tokens": rows.tokens,
+        "position_ids": rows.position_ids,
+        "mask": None,
+        "packed": shared_prefix_params(rows, input_ids.device),
+        "selection": rows.selection(response_mask, input_ids),
+    }

@@ -7,6 +7,7 @@ megatron's parallel state.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mindrl.data.packing import PackedRows, PackingSettings, plan_micro_batches, round_up
@@ -34,30 +35,84 @@ def dp_max(n: int) -> int:
     return int(t.item())
 
 
+@dataclass(frozen=True)
+class PromptRows:
+    """The rows' prompts, for passes that run a shared prompt once (`share_prompts`)."""
+
+    input_ids: torch.Tensor  # [B, S]
+    prompt_lengths: torch.Tensor  # [B]
+
+
 def pass_groups(
-    attention_mask: torch.Tensor, settings: PackingSettings, micro_batch_size: int
+    attention_mask: torch.Tensor,
+    settings: PackingSettings,
+    micro_batch_size: int,
+    prompts: PromptRows | None = None,
 ) -> list[list[int]]:
     """This rank's micro-batches (row indices) for one pass; with dynamic batch sizes every
     data-parallel rank runs as many as the rank that needs most (expert parallelism
-    exchanges tokens at every forward, and DDP expects one schedule)."""
+    exchanges tokens at every forward, and DDP expects one schedule). `prompts` (with
+    `settings.share_prompts`): budgets count a shared prompt once."""
     lengths = attention_mask.long().sum(-1).tolist()
-    groups = plan_micro_batches(lengths, settings, micro_batch_size)
+
+    def plan(min_parts: int = 1) -> list[list[int]]:
+        if prompts is not None and settings.share_prompts:
+            from mindrl.data.prefix_sharing import plan_shared_micro_batches
+
+            return plan_shared_micro_batches(
+                prompts.input_ids,
+                attention_mask,
+                prompts.prompt_lengths,
+                settings,
+                micro_batch_size,
+                min_parts,
+            )
+        return plan_micro_batches(lengths, settings, micro_batch_size, min_parts)
+
+    groups = plan()
     if settings.dynamic_bsz:
         needed = dp_max(len(groups))
         if needed > len(groups):
-            groups = plan_micro_batches(lengths, settings, micro_batch_size, min_parts=needed)
+            groups = plan(min_parts=needed)
     return groups  # ranks hold equal row counts, so `needed` never exceeds this rank's rows
 
 
 def fixed_packed_length(
-    attention_mask: torch.Tensor, groups: list[list[int]], multiple: int
+    attention_mask: torch.Tensor,
+    groups: list[list[int]],
+    multiple: int,
+    prompts: PromptRows | None = None,
 ) -> int | None:
     """One packed length for every micro-batch under pipeline parallelism (its
-    point-to-point buffers have one shape), else None (each packs to its own length)."""
+    point-to-point buffers have one shape), else None (each packs to its own length).
+    `prompts`: the rows run their shared prompts once."""
     if not pipeline_split():
         return None
     lengths = attention_mask.long().sum(-1).tolist()
-    return round_up(max(sum(lengths[i] for i in g) for g in groups), multiple)
+    if prompts is None:
+        return round_up(max(sum(lengths[i] for i in g) for g in groups), multiple)
+    from mindrl.data.prefix_sharing import prompt_families, shared_tokens
+
+    families = prompt_families(prompts.input_ids, prompts.prompt_lengths)
+    plens = prompts.prompt_lengths.tolist()
+    return round_up(max(shared_tokens(g, lengths, plens, families) for g in groups), multiple)
+
+
+def check_shared_prefix_chunks(chunks: list[Any]) -> None:
+    """The model can run rows sharing a prompt: megatron's local attention with mindrl's
+    segmented core attention, plain RoPE or learned positions, no context parallelism."""
+    from mindrl.models.packed_attention import SegmentedDotProductAttention
+    from mindrl.models.shared_prefix import check_shared_prefix_model
+
+    for chunk in chunks:
+        check_shared_prefix_model(chunk)
+        cores = [m for name, m in chunk.named_modules() if name.endswith("core_attention")]
+        wrong = [type(m).__name__ for m in cores if not isinstance(m, SegmentedDotProductAttention)]
+        if wrong:
+            raise ValueError(
+                "rl_config.share_prompt_forward runs on megatron's local attention "
+                f"(SegmentedDotProductAttention); this model's layers use {wrong[0]}"
+            )
 
 
 def packed_seq_params(packed: PackedRows, device: Any) -> Any:

@@ -7,7 +7,9 @@ causal attention per segment, the segments side by side in one batched call (a
 block-diagonal mask over the whole packed length would cost T^2), and everything else in
 the layer (rotary positions restarting per segment, the linears) is megatron's own. Padded
 batches take torch's fused attention too where nothing megatron-only is asked for
-(`_fused_ok`), else megatron's `DotProductAttention` unchanged.
+(`_fused_ok`), else megatron's `DotProductAttention` unchanged. Rows sharing a prompt
+(`SharedPrefixParams`, `share_prompt_forward`) take the same per-block call with a mask that
+lets each response see the prompt and itself.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import dataclasses
 from typing import Any
 
 from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+from mindrl.models.shared_prefix import SharedPrefixParams
 
 
 class SegmentedDotProductAttention(DotProductAttention):
@@ -31,6 +35,18 @@ class SegmentedDotProductAttention(DotProductAttention):
         attention_bias: Any = None,
         packed_seq_params: Any = None,
     ) -> Any:
+        if isinstance(packed_seq_params, SharedPrefixParams):
+            self._check_packable(attention_bias)
+            out = segmented_causal_attention(
+                query[:, 0],
+                key[:, 0],
+                value[:, 0],
+                packed_seq_params.block_bounds,
+                scale=self.softmax_scale,
+                dropout=self.attention_dropout.p if self.training else 0.0,
+                segments=packed_seq_params.segments,
+            )
+            return out.unsqueeze(1)  # [T, b=1, heads * dim]
         if packed_seq_params is None:
             if self._fused_ok(attention_mask, attention_bias):
                 return self._fused_padded(query, key, value, attention_mask)
@@ -42,11 +58,7 @@ class SegmentedDotProductAttention(DotProductAttention):
                 attn_mask_type=attn_mask_type,
                 attention_bias=attention_bias,
             )
-        if attention_bias is not None or getattr(self.config, "window_size", None):
-            raise ValueError(
-                "packed sequences (use_remove_padding) with an attention bias or sliding-window "
-                "attention are not built for megatron's local attention"
-            )
+        self._check_packable(attention_bias)
         return segmented_causal_attention(
             query,
             key,
@@ -55,6 +67,13 @@ class SegmentedDotProductAttention(DotProductAttention):
             scale=self.softmax_scale,
             dropout=self.attention_dropout.p if self.training else 0.0,
         )
+
+    def _check_packable(self, attention_bias: Any) -> None:
+        if attention_bias is not None or getattr(self.config, "window_size", None):
+            raise ValueError(
+                "packed sequences (use_remove_padding) with an attention bias or sliding-window "
+                "attention are not built for megatron's local attention"
+            )
 
     def _fused_ok(self, attention_mask: Any, attention_bias: Any) -> bool:
         """Whether the padded batch can take torch's fused attention: a boolean mask, and
@@ -113,10 +132,19 @@ def _additive_mask(attention_mask: Any, dtype: Any) -> Any:
 
 
 def segmented_causal_attention(
-    query: Any, key: Any, value: Any, cu_seqlens: Any, *, scale: float, dropout: float = 0.0
+    query: Any,
+    key: Any,
+    value: Any,
+    cu_seqlens: Any,
+    *,
+    scale: float,
+    dropout: float = 0.0,
+    segments: Any = None,
 ) -> Any:
     """Causal attention within each segment of [T, heads, dim] tensors (grouped key / value
-    heads repeated to the query heads); returns [T, heads * dim].
+    heads repeated to the query heads); returns [T, heads * dim]. `segments` ([T], rows
+    sharing a prompt: `mindrl.data.prefix_sharing`) splits each segment further: a token of
+    part k > 0 sees part 0 (the prompt) and its own part only.
 
     The segments are laid side by side as a [segments, longest, heads, dim] batch for one
     fused attention call (a loop over segments costs a kernel launch per sample and layer):
@@ -141,6 +169,10 @@ def segmented_causal_attention(
     allowed = (steps[None, :] <= steps[:, None])[None] & (steps[None, :] < lengths[:, None])[
         :, None, :
     ]  # [n, query, key]: causal, within the segment
+    if segments is not None:
+        part = segments.new_zeros((n, longest))
+        part[segment, position] = segments.to(query.device)
+        allowed = allowed & ((part[:, None, :] == 0) | (part[:, None, :] == part[:, :, None]))
     out = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=allowed[:, None], dropout_p=dropout, scale=scale
     )

@@ -39,6 +39,8 @@ class TokenSelection:
     model_rows: torch.Tensor | None = None  # [N]: the cell's row in the model input
     model_cols: torch.Tensor | None = None  # [N]: its position (the hidden state to read)
     model_batch: int | None = None  # rows of the model input
+    model_labels: torch.Tensor | None = None  # [N]: the predicted tokens, when the model
+    # input does not hold them next to the hidden state (rows sharing a prompt's tokens)
 
     def model_cells(self) -> tuple[torch.Tensor, torch.Tensor, int]:
         """(rows, positions, batch) of the selected hidden states in the model input."""
@@ -72,6 +74,8 @@ class TokenSelection:
 
     def labels(self, tokens: torch.Tensor) -> torch.Tensor:
         """The token each selected cell predicts, [N] (`tokens`: the model input)."""
+        if self.model_labels is not None:
+            return self.model_labels.to(tokens.device)
         rows, cols, _ = self.model_cells()
         return tokens[rows, cols + 1]
 

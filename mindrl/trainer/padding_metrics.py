@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from mindrl.config.role import RoleConfig
     from mindrl.config.run import RunConfig
     from mindrl.data.batch import SampleBatch
+    from mindrl.data.packing import PackingSettings
 
 
 def pass_padding_fraction(
@@ -28,17 +29,21 @@ def pass_padding_fraction(
     chunks = batch.chunks(role.dp)
     lengths = [c.attention_mask.sum(-1).tolist() for c in chunks]
     mbs = micro_batch_size(role.batch.micro_batch_size, chunks[0].size)
-    plans = [plan_micro_batches(n, settings, mbs) for n in lengths]
+    plans = [_plan(c, n, settings, mbs) for c, n in zip(chunks, lengths)]
     if settings.dynamic_bsz:
         most = max(len(p) for p in plans)
-        plans = [plan_micro_batches(n, settings, mbs, min_parts=most) for n in lengths]
+        plans = [_plan(c, n, settings, mbs, most) for c, n in zip(chunks, lengths)]
     real = fed = 0
-    for sizes, groups in zip(lengths, plans):
-        real += sum(sizes)
+    for chunk, sizes, groups in zip(chunks, lengths, plans):
         if settings.remove_padding:
-            packed = [round_up(sum(sizes[i] for i in g), multiple) for g in groups]
+            tokens = [sum(sizes[i] for i in g) for g in groups]
+            if settings.share_prompts:  # the samples' tokens fed: each shared prompt once
+                tokens = _shared_tokens(chunk, sizes, groups)
+            real += sum(tokens)
+            packed = [round_up(t, multiple) for t in tokens]
             fed += len(packed) * max(packed) if role.pp > 1 else sum(packed)
         else:
+            real += sum(sizes)
             width = round_up(batch.input_ids.shape[1], multiple)
             for g in groups:
                 longest = width if role.pp > 1 else round_up(max(sizes[i] for i in g), multiple)
@@ -55,3 +60,24 @@ def padding_metrics(batch: SampleBatch, run: RunConfig, old_log_probs: bool) -> 
     if old_log_probs:
         out["perf/padding_fraction_actor"] = pass_padding_fraction(batch, run, run.actor, "actor")
     return out
+
+
+def _plan(
+    chunk: SampleBatch, lengths: list[int], settings: PackingSettings, mbs: int, min_parts: int = 1
+) -> list[list[int]]:
+    """The micro-batches a worker forms for `chunk` (as `models.micro_batches.pass_groups`)."""
+    if settings.share_prompts:
+        from mindrl.data.prefix_sharing import plan_shared_micro_batches
+
+        return plan_shared_micro_batches(
+            chunk.input_ids, chunk.attention_mask, chunk.prompt_lengths, settings, mbs, min_parts
+        )
+    return plan_micro_batches(lengths, settings, mbs, min_parts)
+
+
+def _shared_tokens(chunk: SampleBatch, sizes: list[int], groups: list[list[int]]) -> list[int]:
+    from mindrl.data.prefix_sharing import prompt_families, shared_tokens
+
+    families = prompt_families(chunk.input_ids, chunk.prompt_lengths)
+    prompts = chunk.prompt_lengths.tolist()
+    return [shared_tokens(g, sizes, prompts, families) for g in groups]

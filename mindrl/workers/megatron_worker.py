@@ -160,6 +160,7 @@ class MegatronModelWorker(Worker):
                 attention_mask=batch.attention_mask,
                 micro_batch_size=micro_batch_size(self.cfg.batch.micro_batch_size, batch.size),
                 response_mask=batch.response_mask,
+                prompt_lengths=batch.prompt_lengths,
                 packing=pass_packing(
                     self.run.rl.micro_batching,
                     pass_name or ("ref" if self.role == "ref" else "actor"),

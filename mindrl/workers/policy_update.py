@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import torch
 
     from mindrl.algorithms import GRPOLossConfig
+    from mindrl.models.micro_batches import PromptRows
     from mindrl.models.token_select import OutputHead
 
 logger = logging.getLogger(__name__)
@@ -119,12 +120,16 @@ def forward_step(
 ) -> tuple[torch.Tensor, Any]:
     """megatron's `forward_step_func`: the model's output for the next micro-batch and the
     loss function the schedule applies to it (on the last pipeline stage)."""
+    from mindrl.models.shared_prefix import SharedPrefixParams, rope_at_positions
     from mindrl.models.token_select import select_tokens
 
     mb = next(data_iterator)
-    extra = {} if mb.packed_seq_params is None else {"packed_seq_params": mb.packed_seq_params}
+    packed = mb.packed_seq_params
+    extra = {} if packed is None else {"packed_seq_params": packed}
+    shared = packed if isinstance(packed, SharedPrefixParams) else None
     with select_tokens(model, mb.selection, hidden_only=True) as head:
-        output = model(mb.tokens, mb.position_ids, mb.attention_mask, **extra)
+        with rope_at_positions(model, shared):
+            output = model(mb.tokens, mb.position_ids, mb.attention_mask, **extra)
     return output, functools.partial(micro_batch_loss, mb, settings, head)
 
 
@@ -221,7 +226,8 @@ class PolicyUpdater:
         self.model_chunks = model_chunks
         self.max_tokens = max_tokens
         self.packing = packing or PackingSettings()
-        self.tokens = {"real": 0, "fed": 0}  # this update's tokens: real / fed to the model
+        # this update's tokens: the samples', theirs fed (a shared prompt once), all fed
+        self.tokens = {"samples": 0, "real": 0, "fed": 0}
         self.opt = opt
         self.alg = alg
         self.vocab_size = vocab_size
@@ -244,7 +250,7 @@ class PolicyUpdater:
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         phases = {"timing/update_fwd_bwd": 0.0, "timing/update_optimizer": 0.0}
-        self.tokens = {"real": 0, "fed": 0}
+        self.tokens = {"samples": 0, "real": 0, "fed": 0}
         for epoch in range(alg.epochs):
             if alg.shuffle_minibatch:
                 gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step * 97 + epoch)
@@ -262,6 +268,10 @@ class PolicyUpdater:
         out[f"perf/padding_fraction_{self.role}_update"] = padding_fraction_over_dp(
             self.tokens["real"], self.tokens["fed"]
         )
+        if self.packing.share_prompts:  # the samples' tokens not fed: prompts run once
+            out[f"perf/shared_prompt_fraction_{self.role}_update"] = padding_fraction_over_dp(
+                self.tokens["real"], self.tokens["samples"]
+            )
         return out
 
     def micro_groups(self, mini: SampleBatch) -> list[list[int]]:
@@ -271,8 +281,19 @@ class PolicyUpdater:
         from mindrl.models.micro_batches import pass_groups
 
         if self.packing.active:
-            return pass_groups(mini.attention_mask, self.packing, self.micro_batch)
+            return pass_groups(
+                mini.attention_mask, self.packing, self.micro_batch, self.shared_prompts(mini)
+            )
         return fixed_partitions(mini.size, micro_batch_size(self.micro_batch, mini.size))
+
+    def shared_prompts(self, mini: SampleBatch) -> PromptRows | None:
+        """The rows' prompts when the update runs a shared prompt once."""
+        from mindrl.models.micro_batches import PromptRows, check_shared_prefix_chunks
+
+        if not (self.packing.share_prompts and self.packing.remove_padding):
+            return None
+        check_shared_prefix_chunks(self.model_chunks)
+        return PromptRows(mini.input_ids, mini.prompt_lengths)
 
     def forward_inputs(
         self, mini: SampleBatch, groups: list[list[int]], multiple: int
@@ -292,7 +313,12 @@ class PolicyUpdater:
             entropy_grad=self.alg.entropy_coeff > 0,
         )
         parts = [mini.select(g) for g in groups]
-        if self.packing.remove_padding:
+        prompts = self.shared_prompts(mini)
+        if prompts is not None:
+            fixed = fixed_packed_length(mini.attention_mask, groups, multiple, prompts)
+            micro = [UpdateMicroBatch.shared_prompts(p, multiple, fixed) for p in parts]
+            seq, mbs = micro[0].tokens.shape[1], 1
+        elif self.packing.remove_padding:
             fixed = fixed_packed_length(mini.attention_mask, groups, multiple)
             micro = [UpdateMicroBatch.packed(p, multiple, fixed) for p in parts]
             seq, mbs = micro[0].tokens.shape[1], 1
@@ -314,7 +340,8 @@ class PolicyUpdater:
         groups = self.micro_groups(mini)
         n_micro = len(groups)
         step_func, micro, seq, mbs = self.forward_inputs(mini, groups, multiple)
-        self.tokens["real"] += int(mini.attention_mask.sum())
+        self.tokens["samples"] += int(mini.attention_mask.sum())
+        self.tokens["real"] += sum(m.real_tokens for m in micro)
         self.tokens["fed"] += sum(int(m.tokens.numel()) for m in micro)
         optimizer = self.opt.optimizer
         started = time.perf_counter()

@@ -29,6 +29,7 @@ class UpdateMicroBatch:
     ref_log_probs: torch.Tensor | None
     rollout_log_probs: torch.Tensor | None
     packed_seq_params: Any = None  # set: the rows are packed into one sequence (`tokens` [1, T])
+    real_tokens: int = 0  # tokens of `tokens` that are samples' (not padding)
 
     @classmethod
     def from_rows(cls, part: SampleBatch, multiple: int = 1) -> UpdateMicroBatch:
@@ -61,6 +62,7 @@ class UpdateMicroBatch:
             old_log_probs=grid("old_log_probs"),
             ref_log_probs=grid("ref_log_probs"),
             rollout_log_probs=grid("rollout_log_probs"),
+            real_tokens=int(am.sum()),
         )
 
     @classmethod
@@ -87,4 +89,34 @@ class UpdateMicroBatch:
             ref_log_probs=part.tensors.get("ref_log_probs"),
             rollout_log_probs=part.tensors.get("rollout_log_probs"),
             packed_seq_params=packed_seq_params(packed, packed.tokens.device),
+            real_tokens=int(part.attention_mask.sum()),
+        )
+
+    @classmethod
+    def shared_prompts(
+        cls, part: SampleBatch, multiple: int = 1, length: int | None = None
+    ) -> UpdateMicroBatch:
+        """`part`'s rows packed with each prompt they share once (`share_prompt_forward`):
+        the model reads the blocks, the loss sees `part`'s own [b, s-1] grids."""
+        from mindrl.data.prefix_sharing import pack_shared
+        from mindrl.models.shared_prefix import shared_prefix_params
+
+        rows = pack_shared(
+            part.input_ids, part.attention_mask, part.prompt_lengths, multiple, length
+        )
+        advantages = part.tensors.get("advantages")
+        if advantages is None:
+            raise ValueError("the update batch has no advantages")
+        return cls(
+            tokens=rows.tokens,
+            position_ids=rows.position_ids,
+            attention_mask=None,
+            selection=rows.selection(part.response_mask, part.input_ids),
+            response_mask=part.response_mask,
+            advantages=advantages,
+            old_log_probs=part.tensors.get("old_log_probs"),
+            ref_log_probs=part.tensors.get("ref_log_probs"),
+            rollout_log_probs=part.tensors.get("rollout_log_probs"),
+            packed_seq_params=shared_prefix_params(rows, rows.tokens.device),
+            real_tokens=rows.real_tokens,
         )

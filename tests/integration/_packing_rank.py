@@ -4,7 +4,7 @@ synthetic batch of varied lengths: the reference and old-policy log-probs, then 
 updates, each followed by this rank's gradients.
 
 Arguments: {"hf_dir" (null: the config's model), "config" (default grpo_tiny_cpu),
-"overrides": [...], "steps": int, "grads": FILE}. Result per rank:
+"overrides": [...], "steps": int, "grads": FILE, "grouped": rows share prompts}. Result per rank:
 {"ref": log-probs [B, S-1], "actor": log-probs, "metrics": per step, "policy": log-probs
 after the steps}; rank 0 saves {step: {param name: gradient}} (its shard) to `grads`.
 """
@@ -53,7 +53,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     )
     worker = ActorWorker(run, with_rollout=False)
     worker.init_model()
-    batch = synthetic_batch(run.actor.model.vocab_size)
+    batch = synthetic_batch(run.actor.model.vocab_size, grouped=bool(args.get("grouped")))
     ref = worker.compute_log_prob(batch, "ref")
     actor = worker.compute_log_prob(batch, "actor")
     metrics, grads = [], {}

@@ -21,8 +21,9 @@ from tests.fresh_process import json_main
 PROMPTS, SAMPLES, PROMPT_LEN, RESPONSE_LEN = 4, 4, 12, 20
 
 
-def synthetic_batch(vocab: int, seed: int = 5) -> Any:
-    """Fixed prompts, responses of varied lengths, advantages and reference log-probs."""
+def synthetic_batch(vocab: int, seed: int = 5, grouped: bool = False) -> Any:
+    """Fixed prompts, responses of varied lengths, advantages and reference log-probs.
+    `grouped`: GRPO's layout, SAMPLES consecutive rows per prompt (else every row its own)."""
     import torch
 
     from mindrl.data.batch import build_sample_batch
@@ -30,9 +31,10 @@ def synthetic_batch(vocab: int, seed: int = 5) -> Any:
     gen = torch.Generator().manual_seed(seed)
     prompts, responses = [], []
     for i in range(PROMPTS * SAMPLES):
-        p_len = PROMPT_LEN - (i % 3)
+        p_len = PROMPT_LEN - ((i // SAMPLES if grouped else i) % 3)
         r_len = RESPONSE_LEN - (i * 7 % 11)
-        prompts.append(torch.randint(3, vocab, (p_len,), generator=gen).tolist())
+        prompt = torch.randint(3, vocab, (p_len,), generator=gen).tolist()
+        prompts.append(prompts[-1] if grouped and i % SAMPLES else prompt)
         responses.append(torch.randint(3, vocab, (r_len,), generator=gen).tolist())
     batch = build_sample_batch(prompts, responses, 0)
     shape = batch.response_mask.shape

@@ -40,6 +40,7 @@ def _run(
     overrides: list[str],
     tmp: Path,
     config: str = "grpo_tiny_cpu",
+    grouped: bool = False,
 ) -> dict:
     grads = tmp / f"grads-{len(list(tmp.iterdir()))}.pt"
     args = {
@@ -48,6 +49,7 @@ def _run(
         "overrides": overrides,
         "steps": 2,
         "grads": str(grads),
+        "grouped": grouped,
     }
     results = fresh_process.ranks(SCRIPT, args, world_size=world, timeout_s=TIMEOUT_S)
     for other in results[1:]:
@@ -168,3 +170,35 @@ def test_expert_parallel_moe_packed_equals_padded(fresh, grads_dir):
         fresh, None, 2, no_balance + PACKED + DP_BUDGET, grads_dir, config="grpo_tiny_moe_cpu"
     )
     _same_run(packed, padded)
+
+
+SHARED = PACKED + ["rl_config.share_prompt_forward=true"]
+
+
+@pytest.fixture(scope="module")
+def grouped_padded_tp1(fresh, tiny_model_dir, grads_dir) -> dict:
+    return _run(fresh, str(tiny_model_dir), 1, [], grads_dir, grouped=True)
+
+
+@pytest.mark.parametrize("overrides", [SHARED, SHARED + BUDGET], ids=["shared", "shared+budget"])
+def test_shared_prompts_equal_padded_at_tp1(
+    fresh, tiny_model_dir, grads_dir, grouped_padded_tp1, overrides
+):
+    """GRPO's layout (4 rows per prompt): each prompt runs once per micro-batch, its rows'
+    responses attending to it, and the log-probs, losses and gradients are the padded run's."""
+    run = _run(fresh, str(tiny_model_dir), 1, overrides, grads_dir, grouped=True)
+    _same_run(run, grouped_padded_tp1)
+    for m in run["metrics"]:
+        assert m["perf/padding_fraction_actor_update"] == 0.0
+        # 4 rows of one 10-12 token prompt share a micro-batch: 3 of 4 prompt copies go
+        assert 0.2 < m["perf/shared_prompt_fraction_actor_update"] < 0.5
+
+
+@pytest.mark.parametrize("layout", [TP2_SP, PP2], ids=["tp2-sp", "pp2"])
+def test_shared_prompts_equal_padded_at_tp2_sp_and_pp2(
+    fresh, tiny_model_dir, grads_dir, grouped_padded_tp1, layout
+):
+    padded = _run(fresh, str(tiny_model_dir), 2, layout, grads_dir, grouped=True)
+    shared = _run(fresh, str(tiny_model_dir), 2, layout + SHARED + BUDGET, grads_dir, grouped=True)
+    _same_run(shared, padded)
+    _same_run(shared, grouped_padded_tp1, grads=False)
