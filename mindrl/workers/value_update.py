@@ -26,6 +26,7 @@ class ValueMicroBatch:
     response_mask: torch.Tensor  # [b, s-1]
     old_values: torch.Tensor  # [b, s-1] the critic's values at rollout
     returns: torch.Tensor  # [b, s-1] GAE returns
+    real_tokens: int = 0  # tokens of `tokens` that are samples' (not padding)
 
     @classmethod
     def from_rows(cls, part: SampleBatch, multiple: int = 1) -> ValueMicroBatch:
@@ -47,6 +48,7 @@ class ValueMicroBatch:
             response_mask=part.response_mask[:, : length - 1],
             old_values=values[:, : length - 1],
             returns=returns[:, : length - 1],
+            real_tokens=int(am.sum()),
         )
 
 
