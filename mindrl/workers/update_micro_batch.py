@@ -75,21 +75,13 @@ class UpdateMicroBatch:
         from mindrl.models.micro_batches import packed_seq_params
 
         packed = pack_rows(part.input_ids, part.attention_mask, multiple, length)
-        advantages = part.tensors.get("advantages")
-        if advantages is None:
-            raise ValueError("the update batch has no advantages")
-        return cls(
-            tokens=packed.tokens,
-            position_ids=packed.position_ids,
-            attention_mask=None,
-            selection=packed.selection(part.response_mask),
-            response_mask=part.response_mask,
-            advantages=advantages,
-            old_log_probs=part.tensors.get("old_log_probs"),
-            ref_log_probs=part.tensors.get("ref_log_probs"),
-            rollout_log_probs=part.tensors.get("rollout_log_probs"),
-            packed_seq_params=packed_seq_params(packed, packed.tokens.device),
-            real_tokens=int(part.attention_mask.sum()),
+        return cls._one_sequence(
+            part,
+            packed.tokens,
+            packed.position_ids,
+            packed.selection(part.response_mask),
+            packed_seq_params(packed, packed.tokens.device),
+            int(part.attention_mask.sum()),
         )
 
     @classmethod
@@ -104,19 +96,39 @@ class UpdateMicroBatch:
         rows = pack_shared(
             part.input_ids, part.attention_mask, part.prompt_lengths, multiple, length
         )
+        return cls._one_sequence(
+            part,
+            rows.tokens,
+            rows.position_ids,
+            rows.selection(part.response_mask, part.input_ids),
+            shared_prefix_params(rows, rows.tokens.device),
+            rows.real_tokens,
+        )
+
+    @classmethod
+    def _one_sequence(
+        cls,
+        part: SampleBatch,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor,
+        selection: TokenSelection,
+        params: Any,
+        real_tokens: int,
+    ) -> UpdateMicroBatch:
+        """`part`'s rows as one model sequence [1, T]; the loss's inputs stay `part`'s grids."""
         advantages = part.tensors.get("advantages")
         if advantages is None:
             raise ValueError("the update batch has no advantages")
         return cls(
-            tokens=rows.tokens,
-            position_ids=rows.position_ids,
+            tokens=tokens,
+            position_ids=position_ids,
             attention_mask=None,
-            selection=rows.selection(part.response_mask, part.input_ids),
+            selection=selection,
             response_mask=part.response_mask,
             advantages=advantages,
             old_log_probs=part.tensors.get("old_log_probs"),
             ref_log_probs=part.tensors.get("ref_log_probs"),
             rollout_log_probs=part.tensors.get("rollout_log_probs"),
-            packed_seq_params=shared_prefix_params(rows, rows.tokens.device),
-            real_tokens=rows.real_tokens,
+            packed_seq_params=params,
+            real_tokens=real_tokens,
         )
