@@ -72,3 +72,8 @@ def test_summary_names_times_padding_memory_and_the_step_one_gap():
     assert "update 60.0s->45.0s ref 20.0s->15.0s" in line
     assert "padding padded=0.20 packed=0.00" in line
     assert "step1_max_gap=2.00e-07" in line
+    assert "shared=" not in line
+    results["shared"] = run(60.0, 30.0, 9.0, 0.0, 1.0 - 3e-7)
+    line = packing.summary_line(results)
+    assert "| shared=60.0s (x0.60) update 30.0s ref 9.0s" in line
+    assert "step1_max_gap_shared=3.00e-07" in line

@@ -3,14 +3,17 @@
     python tools/bench/packing.py [--steps 4] [--config-name grpo_smollm2_cpu]
                                   [--ref-tokens 2048] [--update-tokens 1024]
                                   [--out bench/results/packing.json] [--work-dir DIR]
+                                  [--shared]
 
-Runs `cli/train_grpo.py` twice, one after the other, each in a fresh process tree, same seed
-and data:
+Runs `cli/train_grpo.py` twice (three times with `--shared`), one after the other, each in a
+fresh process tree, same seed and data:
   padded  the config as shipped (micro_batch_size samples per micro-batch, padded to the
           longest)
   packed  use_remove_padding + use_dynamic_bsz: each pass's micro-batches hold up to its token
           budget, packed into one sequence (the defaults keep about the padded run's tokens
           per micro-batch: 16 x ~100 for the reference, 8 x ~100 for the update)
+  shared  (--shared) packed, and the samples of one prompt run it once per micro-batch
+          (share_prompt_forward)
 
 Step 1 generates the same samples in both runs (same seed, same weights), so its losses must
 agree (packing changes no number beyond float rounding); later steps drift apart as float
@@ -68,9 +71,9 @@ def padding_and_step1(out_dir: Path) -> dict[str, Any]:
     return {"padding_fraction": padding, "step1": step1}
 
 
-def step1_gap(results: dict[str, dict]) -> dict[str, float]:
-    """|packed - padded| of step 1's losses (the same samples in both runs)."""
-    a, b = results["padded"]["step1"], results["packed"]["step1"]
+def step1_gap(results: dict[str, dict], name: str = "packed") -> dict[str, float]:
+    """|`name` - padded| of step 1's losses (the same samples in both runs)."""
+    a, b = results["padded"]["step1"], results[name]["step1"]
     return {
         k: abs(a[k] - b[k]) for k in STEP1_KEYS if a.get(k) is not None and b.get(k) is not None
     }
@@ -90,6 +93,18 @@ def summary_line(results: dict[str, dict]) -> str:
         f"packed={results['packed']['padding_fraction'].get('actor_update', float('nan')):.2f} "
         f"peak_pss padded={padded['peak_pss_gib']:.2f}GiB packed={packed['peak_pss_gib']:.2f}GiB "
         f"step1_max_gap={gap:.2e}"
+    ) + (shared_part(results) if "shared" in results else "")
+
+
+def shared_part(results: dict[str, dict]) -> str:
+    """The shared-prompt run against the padded one (`--shared`)."""
+    padded, shared = results["padded"]["summary"], results["shared"]["summary"]
+    t0, t2 = padded["s_per_step"], shared["s_per_step"]
+    gap = max(step1_gap(results, "shared").values(), default=float("nan"))
+    return (
+        f" | shared={t2:.1f}s (x{t2 / t0:.2f}) update {shared['phase_s'].get('update', 0.0):.1f}s "
+        f"ref {shared['phase_s'].get('ref', 0.0):.1f}s peak_pss={shared['peak_pss_gib']:.2f}GiB "
+        f"step1_max_gap_shared={gap:.2e}"
     )
 
 
@@ -102,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "packing.json")
     parser.add_argument("--work-dir", type=Path, help="keep the runs' outputs here (else temp)")
     parser.add_argument("--timeout-s", type=float, help="per run (default 900 + 900 x steps)")
+    parser.add_argument(
+        "--shared",
+        action="store_true",
+        help="a third run: packed with each prompt once per micro-batch (share_prompt_forward)",
+    )
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be at least 2 (step 1 is warm-up)")
@@ -109,11 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     from tools.bench.variants import failed, run_variants, write_report
 
     load_start = os.getloadavg()
+    packed = packing_overrides(args.ref_tokens, args.update_tokens)
+    variants = {"padded": [], "packed": packed}
+    if args.shared:
+        variants["shared"] = [*packed, "rl_config.share_prompt_forward=true"]
     results = run_variants(
         "packing",
         args.config_name,
         args.steps,
-        {"padded": [], "packed": packing_overrides(args.ref_tokens, args.update_tokens)},
+        variants,
         args.work_dir,
         args.timeout_s or 900 + 900 * args.steps,
         measure=padding_and_step1,
@@ -127,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not failed(results):
         report["step1_gap"] = step1_gap(results)
+        if args.shared:
+            report["step1_gap_shared"] = step1_gap(results, "shared")
     write_report(args.out, report, load_start)
     if "step1_gap" not in report:
         print("packing: failed (see the runs' errors above)")
