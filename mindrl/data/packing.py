@@ -158,6 +158,18 @@ class PackedRows:
         )
 
 
+def right_padded_lengths(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Each row's token count [b]; refused unless every row's real tokens come first."""
+    import torch
+
+    lengths = attention_mask.long().sum(-1)
+    width = attention_mask.shape[1]
+    prefix = torch.arange(width, device=attention_mask.device)[None, :] < lengths[:, None]
+    if not torch.equal(prefix, attention_mask.bool()):
+        raise ValueError("packing needs right-padded rows (real tokens first, then padding)")
+    return lengths
+
+
 def pack_rows(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
@@ -169,11 +181,7 @@ def pack_rows(
     for every micro-batch). The padding tail is a segment of its own."""
     import torch
 
-    lengths = attention_mask.long().sum(-1)
-    width = attention_mask.shape[1]
-    prefix = torch.arange(width, device=attention_mask.device)[None, :] < lengths[:, None]
-    if not torch.equal(prefix, attention_mask.bool()):
-        raise ValueError("packing needs right-padded rows (real tokens first, then padding)")
+    lengths = right_padded_lengths(attention_mask)
     total = int(lengths.sum())
     padded = round_up(max(total, 1), multiple)
     if length is not None:

@@ -19,7 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mindrl.data.packing import PackingSettings, balanced_partitions, fixed_partitions, round_up
+from mindrl.data.packing import (
+    PackingSettings,
+    balanced_partitions,
+    fixed_partitions,
+    right_padded_lengths,
+    round_up,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -159,7 +165,7 @@ def pack_shared(
     padded to `multiple` (sequence parallelism) or to `length` (the pipeline's one shape)."""
     import torch
 
-    lengths = attention_mask.long().sum(-1).tolist()
+    lengths = right_padded_lengths(attention_mask).tolist()
     plens = prompt_lengths.tolist()
     if any(p > n for p, n in zip(plens, lengths)):
         raise ValueError("a row is shorter than its prompt")

@@ -162,3 +162,11 @@ def test_the_driver_counts_the_tokens_a_shared_pass_feeds():
 
     assert fraction() == 0.0
     assert fraction("rl_config.share_prompt_forward=true") == 0.0  # 3 + 7 tokens, none padding
+
+
+def test_left_padded_rows_and_rows_shorter_than_their_prompt_are_refused():
+    batch = _batch([A, A], [[1, 2], [3]])
+    with pytest.raises(ValueError, match="right-padded"):
+        pack_shared(batch.input_ids, batch.attention_mask.flip(-1), batch.prompt_lengths)
+    with pytest.raises(ValueError, match="shorter than its prompt"):
+        pack_shared(batch.input_ids, batch.attention_mask, batch.prompt_lengths + 3)
