@@ -42,6 +42,10 @@ class PackingSettings:
     max_rows: int | None = None  # at most this many rows per micro-batch (dynamic_bsz)
     share_prompts: bool = False  # rows sharing a prompt run it once (`prefix_sharing`)
 
+    def __post_init__(self) -> None:
+        if self.share_prompts and not self.remove_padding:
+            raise ValueError("sharing prompts packs rows: it needs remove_padding")
+
     @property
     def active(self) -> bool:
         return self.remove_padding or self.dynamic_bsz

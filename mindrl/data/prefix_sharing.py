@@ -42,18 +42,28 @@ def prompt_families(input_ids: torch.Tensor, prompt_lengths: torch.Tensor) -> li
     return list(families.values())
 
 
-def shared_tokens(
-    rows: list[int], lengths: list[int], prompt_lengths: list[int], families: list[list[int]]
-) -> int:
-    """Tokens fed when `rows` are packed with their shared prompts run once."""
-    chosen = set(rows)
-    total = 0
-    for family in families:
-        members = [r for r in family if r in chosen]
-        if members:
-            p = prompt_lengths[members[0]]
-            total += p + sum(lengths[r] - p for r in members)
-    return total
+def block_tokens(rows: list[int], lengths: list[int], prompt_lengths: list[int]) -> int:
+    """Tokens of one block: rows of one prompt, the prompt once."""
+    p = prompt_lengths[rows[0]]
+    return p + sum(lengths[r] - p for r in rows)
+
+
+def shared_group_tokens(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_lengths: torch.Tensor,
+    groups: list[list[int]],
+) -> list[int]:
+    """Tokens fed for each group of rows packed with their shared prompts run once."""
+    lengths = attention_mask.long().sum(-1).tolist()
+    plens = prompt_lengths.tolist()
+    families = prompt_families(input_ids, prompt_lengths)
+    out = []
+    for group in groups:
+        chosen = set(group)
+        blocks = [[r for r in f if r in chosen] for f in families]
+        out.append(sum(block_tokens(b, lengths, plens) for b in blocks if b))
+    return out
 
 
 def _family_units(
@@ -100,7 +110,7 @@ def plan_shared_micro_batches(
     units: list[list[int]] = []
     for family in prompt_families(input_ids, prompt_lengths):
         units += _family_units(family, lengths, plens, settings.max_tokens, settings.max_rows)
-    unit_tokens = [plens[u[0]] + sum(lengths[r] - plens[r] for r in u) for u in units]
+    unit_tokens = [block_tokens(u, lengths, plens) for u in units]
     parts = balanced_partitions(
         unit_tokens, settings.max_tokens, settings.max_rows, min_parts, [len(u) for u in units]
     )

@@ -136,7 +136,7 @@ def forward_only(
     if output == "log_probs" and packing is not None and packing.active:
         assert response_mask is not None
         prompts = None
-        if packing.share_prompts and packing.remove_padding:
+        if packing.share_prompts:
             from mindrl.models.micro_batches import PromptRows, check_shared_prefix_chunks
 
             if prompt_lengths is None:
@@ -162,19 +162,18 @@ def forward_only(
         )
 
     def step(data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
-        from mindrl.models.shared_prefix import SharedPrefixParams, rope_at_positions
+        from mindrl.models.shared_prefix import rope_at_positions
 
         mb = next(data_iterator)
         selection: TokenSelection | None = mb["selection"]
         packed = mb.get("packed")
         extra = {"packed_seq_params": packed} if packed is not None else {}
-        shared = packed if isinstance(packed, SharedPrefixParams) else None
         head = OutputHead()
         if selection is None:
             out = model(mb["tokens"], mb["position_ids"], mb["mask"], **extra)
         else:
             with select_tokens(model, selection, hidden_only=True) as head:
-                with rope_at_positions(model, shared):
+                with rope_at_positions(model, packed):
                     out = model(mb["tokens"], mb["position_ids"], mb["mask"], **extra)
 
         def finish(output_tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

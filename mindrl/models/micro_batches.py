@@ -88,14 +88,13 @@ def fixed_packed_length(
     `prompts`: the rows run their shared prompts once."""
     if not pipeline_split():
         return None
-    lengths = attention_mask.long().sum(-1).tolist()
     if prompts is None:
+        lengths = attention_mask.long().sum(-1).tolist()
         return round_up(max(sum(lengths[i] for i in g) for g in groups), multiple)
-    from mindrl.data.prefix_sharing import prompt_families, shared_tokens
+    from mindrl.data.prefix_sharing import shared_group_tokens
 
-    families = prompt_families(prompts.input_ids, prompts.prompt_lengths)
-    plens = prompts.prompt_lengths.tolist()
-    return round_up(max(shared_tokens(g, lengths, plens, families) for g in groups), multiple)
+    fed = shared_group_tokens(prompts.input_ids, attention_mask, prompts.prompt_lengths, groups)
+    return round_up(max(fed), multiple)
 
 
 def check_shared_prefix_chunks(chunks: list[Any]) -> None:

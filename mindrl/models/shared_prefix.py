@@ -75,11 +75,13 @@ def check_shared_prefix_model(model: Any) -> None:
 
 
 @contextlib.contextmanager
-def rope_at_positions(model: Any, params: SharedPrefixParams | None) -> Iterator[None]:
+def rope_at_positions(model: Any, params: Any) -> Iterator[None]:
     """Within the block, the model's rotary embedding returns the angles of `params.positions`
-    ([T, 1, 1, dim]) instead of those of 0..T-1 (no-op for `params` None or a model
-    without rotary embedding: learned positions read `position_ids` themselves)."""
-    rotary = None if params is None else getattr(_gpt_model(model), "rotary_pos_emb", None)
+    ([T, 1, 1, dim]) instead of those of 0..T-1. No-op unless `params` (a micro-batch's
+    `packed_seq_params`, or None) is `SharedPrefixParams`, and for a model without rotary
+    embedding (learned positions read `position_ids` themselves)."""
+    shared = isinstance(params, SharedPrefixParams)
+    rotary = getattr(_gpt_model(model), "rotary_pos_emb", None) if shared else None
     if rotary is None:
         yield
         return

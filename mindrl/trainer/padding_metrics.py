@@ -38,7 +38,11 @@ def pass_padding_fraction(
         if settings.remove_padding:
             tokens = [sum(sizes[i] for i in g) for g in groups]
             if settings.share_prompts:  # the samples' tokens fed: each shared prompt once
-                tokens = _shared_tokens(chunk, sizes, groups)
+                from mindrl.data.prefix_sharing import shared_group_tokens
+
+                tokens = shared_group_tokens(
+                    chunk.input_ids, chunk.attention_mask, chunk.prompt_lengths, groups
+                )
             real += sum(tokens)
             packed = [round_up(t, multiple) for t in tokens]
             fed += len(packed) * max(packed) if role.pp > 1 else sum(packed)
@@ -73,11 +77,3 @@ def _plan(
             chunk.input_ids, chunk.attention_mask, chunk.prompt_lengths, settings, mbs, min_parts
         )
     return plan_micro_batches(lengths, settings, mbs, min_parts)
-
-
-def _shared_tokens(chunk: SampleBatch, sizes: list[int], groups: list[list[int]]) -> list[int]:
-    from mindrl.data.prefix_sharing import prompt_families, shared_tokens
-
-    families = prompt_families(chunk.input_ids, chunk.prompt_lengths)
-    prompts = chunk.prompt_lengths.tolist()
-    return [shared_tokens(g, sizes, prompts, families) for g in groups]

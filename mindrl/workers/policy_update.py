@@ -120,15 +120,14 @@ def forward_step(
 ) -> tuple[torch.Tensor, Any]:
     """megatron's `forward_step_func`: the model's output for the next micro-batch and the
     loss function the schedule applies to it (on the last pipeline stage)."""
-    from mindrl.models.shared_prefix import SharedPrefixParams, rope_at_positions
+    from mindrl.models.shared_prefix import rope_at_positions
     from mindrl.models.token_select import select_tokens
 
     mb = next(data_iterator)
     packed = mb.packed_seq_params
     extra = {} if packed is None else {"packed_seq_params": packed}
-    shared = packed if isinstance(packed, SharedPrefixParams) else None
     with select_tokens(model, mb.selection, hidden_only=True) as head:
-        with rope_at_positions(model, shared):
+        with rope_at_positions(model, packed):
             output = model(mb.tokens, mb.position_ids, mb.attention_mask, **extra)
     return output, functools.partial(micro_batch_loss, mb, settings, head)
 
@@ -226,6 +225,10 @@ class PolicyUpdater:
         self.model_chunks = model_chunks
         self.max_tokens = max_tokens
         self.packing = packing or PackingSettings()
+        if self.packing.share_prompts:
+            from mindrl.models.micro_batches import check_shared_prefix_chunks
+
+            check_shared_prefix_chunks(model_chunks)
         # this update's tokens: the samples', theirs fed (a shared prompt once), all fed
         self.tokens = {"samples": 0, "real": 0, "fed": 0}
         self.opt = opt
@@ -288,11 +291,10 @@ class PolicyUpdater:
 
     def shared_prompts(self, mini: SampleBatch) -> PromptRows | None:
         """The rows' prompts when the update runs a shared prompt once."""
-        from mindrl.models.micro_batches import PromptRows, check_shared_prefix_chunks
+        from mindrl.models.micro_batches import PromptRows
 
-        if not (self.packing.share_prompts and self.packing.remove_padding):
+        if not self.packing.share_prompts:
             return None
-        check_shared_prefix_chunks(self.model_chunks)
         return PromptRows(mini.input_ids, mini.prompt_lengths)
 
     def forward_inputs(

@@ -14,7 +14,7 @@ from mindrl.data.prefix_sharing import (
     pack_shared,
     plan_shared_micro_batches,
     prompt_families,
-    shared_tokens,
+    shared_group_tokens,
 )
 
 A, B = [5, 6, 7], [8, 9]
@@ -82,12 +82,9 @@ def test_attention_over_blocks_equals_each_rows_own_causal_attention():
     assert (
         total
         == rows.real_tokens
-        == shared_tokens(
-            [0, 1, 2, 3],
-            batch.attention_mask.sum(-1).tolist(),
-            batch.prompt_lengths.tolist(),
-            prompt_families(batch.input_ids, batch.prompt_lengths),
-        )
+        == shared_group_tokens(
+            batch.input_ids, batch.attention_mask, batch.prompt_lengths, [[0, 1, 2, 3]]
+        )[0]
     )
 
 
@@ -101,8 +98,6 @@ def test_items_standing_for_several_rows_count_them_against_the_row_cap():
 def test_budgets_count_a_shared_prompt_once_and_keep_its_rows_together():
     prompts = [[1] * 20] * 4 + [[2] * 20] * 4
     batch = _batch(prompts, [[7] * 10] * 8)
-    lengths = batch.attention_mask.sum(-1).tolist()
-    families = prompt_families(batch.input_ids, batch.prompt_lengths)
     settings = PackingSettings(remove_padding=True, dynamic_bsz=True, max_tokens=60)
     groups = plan_shared_micro_batches(
         batch.input_ids, batch.attention_mask, batch.prompt_lengths, settings, 4
@@ -115,10 +110,10 @@ def test_budgets_count_a_shared_prompt_once_and_keep_its_rows_together():
         batch.input_ids, batch.attention_mask, batch.prompt_lengths, small, 4
     )
     assert sorted(sum(groups, [])) == list(range(8))
-    prompt_lengths = batch.prompt_lengths.tolist()
-    for g in groups:
+    fed = shared_group_tokens(batch.input_ids, batch.attention_mask, batch.prompt_lengths, groups)
+    for g, tokens in zip(groups, fed):
         assert len(g) <= 2
-        assert shared_tokens(g, lengths, prompt_lengths, families) <= 45
+        assert tokens <= 45
     assert len(groups) == 4
     # without dynamic batch sizes: micro_batch_size rows in batch order
     fixed = PackingSettings(remove_padding=True, share_prompts=True)
@@ -170,3 +165,8 @@ def test_left_padded_rows_and_rows_shorter_than_their_prompt_are_refused():
         pack_shared(batch.input_ids, batch.attention_mask.flip(-1), batch.prompt_lengths)
     with pytest.raises(ValueError, match="shorter than its prompt"):
         pack_shared(batch.input_ids, batch.attention_mask, batch.prompt_lengths + 3)
+
+
+def test_sharing_prompts_without_packing_is_refused_where_settings_are_made():
+    with pytest.raises(ValueError, match="needs remove_padding"):
+        PackingSettings(share_prompts=True)
