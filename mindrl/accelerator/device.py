@@ -97,14 +97,14 @@ class Accelerator:
         }
         return {k: os.environ.get(k, v) for k, v in wanted.items()}
 
-    def release_cached_memory(self) -> None:
+    def release_cached_memory(self, min_host_bytes: int = 0) -> None:
         """Give freed memory back: the caching allocator's blocks on a device (the next
         allocation may be another process's, or the engine's), glibc's free heap on CPU
-        (`host_heap.trim_host_heap`)."""
+        (`host_heap.trim_host_heap`; kept when less than `min_host_bytes` is free)."""
         if self.is_cpu:
             from mindrl.accelerator.host_heap import trim_host_heap
 
-            trim_host_heap()
+            trim_host_heap(min_host_bytes)
             return
         empty = getattr(self._torch_module(), "empty_cache", None)
         if empty is not None:

@@ -296,18 +296,22 @@ def host_total(run: RunConfig, plans: dict[str, RolePlan], hybrid: bool) -> floa
     `runtime.release_memory_after_pass` a pass's working memory is given back when it ends,
     so on top of that comes the largest pass (all ranks of a role run it at once; the
     reference and old-policy passes overlap); without it glibc keeps every process at its
-    own peak and the host holds the sum of the peaks."""
+    own peak and the host holds the sum of the peaks. A pass whose working memory is below
+    `runtime.release_memory_min_mb` is not given back: the process keeps the largest such."""
     held, excess = 0.0, {}
+    small = run.runtime.release_memory_min_mb * float(1 << 20)
     for plan in plans.values():
         per_stage = plan.num_devices // len(plan.ranks)
         for rank in plan.ranks:
             with_engine = plan.role == "rollout" or (plan.role == "actor" and hybrid)
             extra = ENGINE_PROCESS_GIB if with_engine else 0.0
             held += per_stage * (PROCESS_GIB + extra) * GIB
-            kept = sum(b for _, b in rank.idle)
             if not run.runtime.release_memory_after_pass:
                 held += per_stage * rank.peak.total
                 continue
+            kept = sum(b for _, b in rank.idle)
+            working = [max(phase.total - kept, 0.0) for phase in rank.phases]
+            kept += max((w for w in working if w < small), default=0.0)
             held += per_stage * kept
             for phase in rank.phases:
                 key = (plan.role, phase.name)

@@ -171,14 +171,18 @@ class MegatronModelWorker(Worker):
     def releasing_memory(self) -> Iterator[None]:
         """Around a model pass: the memory it freed goes back when it ends
         (`runtime.release_memory_after_pass`), so a worker does not hold its pass's
-        high-water mark while the other roles run theirs."""
+        high-water mark while the other roles run theirs (a small free heap stays:
+        `runtime.release_memory_min_mb`)."""
         try:
             yield
         finally:
-            if self.run.runtime.release_memory_after_pass:
+            runtime = self.run.runtime
+            if runtime.release_memory_after_pass:
                 from mindrl.accelerator import get_accelerator
 
-                get_accelerator(self.run.runtime.accelerator).release_cached_memory()
+                get_accelerator(runtime.accelerator).release_cached_memory(
+                    runtime.release_memory_min_mb << 20
+                )
 
     def shutdown(self) -> None:
         from mindrl.models.parallel import destroy_parallel

@@ -334,7 +334,7 @@ def test_an_engine_share_too_small_for_its_weights_or_one_sequence_is_refused():
 
 
 def test_cpu_plan_sums_every_worker_process_on_the_host():
-    run = _run("grpo_tiny_cpu")
+    run = _run("grpo_tiny_cpu", "runtime.release_memory_min_mb=0")  # every pass gives back
     plan = plan_memory(run, "cpu")
     core = plan.core
     assert core.processes == 2  # actor and reference, colocated on one CPU bundle
@@ -356,6 +356,22 @@ def test_cpu_plan_sums_every_worker_process_on_the_host():
     expected = processes + kept + max(ref_pass + update, rollout)
     assert abs(core.host_total - expected) < 2**20
     assert plan.problems == ()
+
+    # `release_memory_min_mb`: a pass whose working memory is below it is not given back,
+    # the process keeps the largest such; above every pass the plan is the kept-peaks one
+    def host_total_keeping(mb: int) -> float:
+        kept_run = _run("grpo_tiny_cpu", f"runtime.release_memory_min_mb={mb}")
+        return plan_memory(kept_run, "cpu").core.host_total
+
+    largest = max(ref_pass, update, rollout)
+    assert host_total_keeping(int(largest) // 2**20 + 1) == kept_all.core.host_total
+    # between the update's (and reference's) working memory and the rollout's: those two
+    # stay in their processes, the rollout's goes; the actor's rollout reuses what its
+    # update kept, so the host holds the reference's pass more than with every pass released
+    small = max(ref_pass, update)
+    assert small < rollout and ref_pass + update < rollout
+    between = host_total_keeping(int((small + rollout) / 2) // 2**20)
+    assert abs(between - (core.host_total + ref_pass)) < 2**20
     tight = plan_memory(_run("grpo_tiny_cpu", "runtime.device_memory_gb=0.5"), "cpu")
     (problem,) = tight.problems
     assert "worker process(es) need" in problem and "runtime.device_memory_gb" in problem
