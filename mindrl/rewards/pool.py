@@ -5,7 +5,9 @@ Why not `concurrent.futures.ProcessPoolExecutor`: a running task cannot be cance
 verifier that hangs holds its worker forever, and one worker that dies (os._exit, segfault)
 breaks the executor and fails every pending future. Here each worker runs one call at a
 time; the parent kills a worker whose call overruns its deadline, or replaces one that died,
-and only that call is lost. Within one `run` (one training step) a `StepGuard` stops a
+and only that call is lost. Calls go to a worker in batches (one message, an answer per
+call as it finishes; `_dispatch`): the calls of a killed worker's batch that had not started
+go back to the queue. Within one `run` (one training step) a `StepGuard` stops a
 broken verifier early: after a few costly failures in a row, or once the step budget is
 spent, its remaining calls score 0 without running. So a verifier that hangs on every call
 costs about one budget (2 x timeout by default) per step, not one timeout per sample.
@@ -58,6 +60,7 @@ logger = logging.getLogger(__name__)
 
 _MAX_STARTUP_FAILURES = 3
 _MAX_AUTO_WORKERS = 16
+_MAX_BATCH = 64  # calls sent to a worker at once
 
 
 class Outcome(NamedTuple):
@@ -125,17 +128,27 @@ class _Step:
     def queued(self) -> bool:
         return any(self.queues.values())
 
-    def next_call(self) -> int:
-        """The next call to dispatch (call only while `queued()`)."""
+    def queued_count(self) -> int:
+        return sum(len(queue) for queue in self.queues.values())
+
+    def next_calls(self, limit: int) -> list[int]:
+        """The next calls to send one worker (call only while `queued()`): up to `limit` of
+        one verifier, taking turns between verifiers; one at a time of a verifier that
+        failed costly in this step, so the guard decides on each of its calls."""
         names = [name for name, queue in self.queues.items() if queue]
         healthy = [n for n in names if self.guard is None or not self.guard.broken(n)]
         turn = healthy or names
         name = turn[self._turn % len(turn)]
         self._turn += 1
-        return self.queues[name].popleft()
+        queue = self.queues[name]
+        if not healthy:
+            limit = 1
+        return [queue.popleft() for _ in range(min(limit, len(queue)))]
 
-    def requeue(self, index: int) -> None:
-        self.queues[self.calls[index].name].appendleft(index)
+    def requeue(self, indices: Sequence[int]) -> None:
+        """Calls sent but never run go back to the front of their queues, in order."""
+        for index in reversed(indices):
+            self.queues[self.calls[index].name].appendleft(index)
 
     def finish(self, index: int, outcome: Outcome) -> None:
         self.outcomes[index] = outcome
@@ -240,7 +253,10 @@ class VerifierPool:
         kill_worker(worker)
         self._workers.remove(worker)
         if worker.call is not None:
-            step.finish(worker.call, outcome._replace(costly=True))
+            running, *unstarted = worker.calls
+            worker.calls.clear()
+            step.requeue(unstarted)
+            step.finish(running, outcome._replace(costly=True))
             self.restarts += 1
             step.restarts += 1
         elif not worker.ready:
@@ -280,9 +296,10 @@ class VerifierPool:
         while True:
             self._fill()
             self._skip_blocked(step)
-            for worker in list(self._workers):
-                if step.queued() and worker.ready and worker.call is None:
-                    self._dispatch(worker, step)
+            idle = [w for w in self._workers if w.ready and w.call is None]
+            for left, worker in zip(range(len(idle), 0, -1), idle):
+                if step.queued():  # an even share of what is queued for each idle worker
+                    self._dispatch(worker, step, -(-step.queued_count() // left))
             busy = [w for w in self._workers if w.call is not None or not w.ready]
             running = any(w.call is not None for w in busy)
             if not step.queued() and not running and (not wait_ready or not busy):
@@ -339,16 +356,20 @@ class VerifierPool:
                 detail = f"call exceeded its {self.timeout_s:g} s timeout; worker killed"
             self._retire(worker, step, Outcome(TIMEOUT, 0.0, detail))
 
-    def _dispatch(self, worker: WorkerHandle, step: _Step) -> None:
-        index = step.next_call()
-        call = step.calls[index]
+    def _dispatch(self, worker: WorkerHandle, step: _Step, share: int) -> None:
+        """Send `worker` a batch of up to `share` calls (at most _MAX_BATCH): it runs them one
+        after another and answers each as it finishes, so a step's calls cost one message
+        to a worker, not a round trip each. Each call still has its own timeout: the next
+        one's starts when the previous answer arrives."""
+        indices = step.next_calls(max(1, min(share, _MAX_BATCH)))
+        batch = [(i, c.name, c.response, c.label, c.meta) for i in indices for c in [step.calls[i]]]
         try:
-            worker.conn.send((index, call.name, call.response, call.label, call.meta))
-        except OSError:  # the worker died between calls: retry the call elsewhere
-            step.requeue(index)
+            worker.conn.send(batch)
+        except OSError:  # the worker died between calls: retry the calls elsewhere
+            step.requeue(indices)
             self._retire(worker, step, Outcome(ERROR, 0.0, "worker died while idle"))
             return
-        worker.call = index
+        worker.calls.extend(indices)
         worker.deadline = time.monotonic() + self.timeout_s
 
     def _collect(self, worker: WorkerHandle, step: _Step) -> None:
@@ -366,12 +387,17 @@ class VerifierPool:
                     return
                 else:
                     index, status, value, detail, fatal = message
+                    if index != worker.call:
+                        raise RuntimeError(f"verifier worker answered call {index} out of turn")
                     if fatal:  # e.g. MemoryError: the worker exits, its call costs a restart
                         self._retire(worker, step, Outcome(status, value, detail))
                         return
+                    worker.calls.popleft()
                     step.finish(index, Outcome(status, value, detail))
-                    worker.call = None
-                    worker.deadline = math.inf
+                    # the next call of its batch starts now
+                    worker.deadline = (
+                        time.monotonic() + self.timeout_s if worker.calls else math.inf
+                    )
         except (EOFError, OSError):
             exited = True
         if exited:

@@ -1,4 +1,4 @@
-"""The verifier worker process: loads the verifiers once, then runs one call at a time.
+"""The verifier worker process: loads the verifiers once, then runs its calls one at a time.
 
 Kept apart from the parent-side pool (`pool.py`) because this code runs in another process
 under its own limits: a memory cap (RLIMIT_DATA) so a runaway verifier fails with
@@ -106,9 +106,10 @@ def worker_main(
 ) -> None:
     """Entry point of a worker process; speaks the pool's protocol over `conn`.
 
-    Sends ("ready", pid) or ("failed", traceback) once, then for every (index, name,
-    response, label, meta) request one (index, status, value, detail, fatal) reply. fatal
-    means the worker is no longer trustworthy (MemoryError): it exits after replying.
+    Sends ("ready", pid) or ("failed", traceback) once, then takes batches: lists of (index,
+    name, response, label, meta) calls, run in order, each answered by one (index, status,
+    value, detail, fatal) reply as it finishes. fatal means the worker is no longer
+    trustworthy (MemoryError): it exits after replying (the parent re-queues the rest).
     """
     os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
@@ -132,19 +133,19 @@ def worker_main(
             return
         if message is None:
             return
-        index, name, response, label, meta = message
-        fatal = False
-        try:
-            value = functions[name](response, label, replace(meta, params=params))
-            status, number, detail = check_value(value, limits.reward_bound)
-        except MemoryError as exc:
-            status, number, detail = ERROR, 0.0, f"MemoryError: {exc}"[:500]
-            fatal = True  # the heap may be half-built: start a fresh worker
-        except BaseException as exc:  # SystemExit from a verifier is an error, not our exit
-            status, number, detail = ERROR, 0.0, f"{type(exc).__name__}: {exc}"[:500]
-        try:
-            conn.send((index, status, number, detail, fatal))
-        except (BrokenPipeError, OSError):
-            return
-        if fatal:
-            os._exit(1)
+        for index, name, response, label, meta in message:
+            fatal = False
+            try:
+                value = functions[name](response, label, replace(meta, params=params))
+                status, number, detail = check_value(value, limits.reward_bound)
+            except MemoryError as exc:
+                status, number, detail = ERROR, 0.0, f"MemoryError: {exc}"[:500]
+                fatal = True  # the heap may be half-built: start a fresh worker
+            except BaseException as exc:  # SystemExit from a verifier is an error, not ours
+                status, number, detail = ERROR, 0.0, f"{type(exc).__name__}: {exc}"[:500]
+            try:
+                conn.send((index, status, number, detail, fatal))
+            except (BrokenPipeError, OSError):
+                return
+            if fatal:
+                os._exit(1)

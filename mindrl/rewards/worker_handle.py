@@ -7,6 +7,7 @@ pid is never signalled after it was reaped (it may belong to another process by 
 
 from __future__ import annotations
 
+import collections
 import multiprocessing.connection as mp_connection
 import os
 import signal
@@ -28,8 +29,14 @@ class WorkerHandle:
         self.lifeline = lifeline
         self.ready = False
         self.killed = False
-        self.call: int | None = None
+        # the calls sent to it, in the order it runs them: the first is running
+        self.calls: collections.deque[int] = collections.deque()
         self.deadline = deadline  # of the running call, or of start-up while not ready
+
+    @property
+    def call(self) -> int | None:
+        """The call it is running, or None when idle."""
+        return self.calls[0] if self.calls else None
 
     def exited(self) -> bool:
         """Whether the process ended; does not reap it, so its group id stays ours."""

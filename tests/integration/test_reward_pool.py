@@ -19,6 +19,8 @@ from mindrl.rewards.registry import register_verifier
 def hang(response, label, meta=None):
     if "HANG" in response:
         time.sleep(10**6)
+    if "SLOW" in response:
+        time.sleep(0.4)
     return 1.0
 
 @register_verifier("itest_crash")
@@ -109,6 +111,29 @@ def test_crashing_verifiers_are_counted(verifier_file):
         assert metrics["itest_crash_rewards/mean"] == pytest.approx(1.0 / 5)
         for pid in before - set(scorer.worker_pids()):
             assert not alive(pid)
+
+
+def test_a_worker_runs_a_batch_of_calls_each_under_its_own_timeout(verifier_file):
+    # one worker gets the step's calls as one batch: four calls of 0.4 s take longer than the
+    # 1 s timeout together, but each is timed on its own
+    with RewardScorer(["itest_hang"], None, 1, 1.0, verifier_files=[verifier_file]) as scorer:
+        (scores, _, metrics) = call_within(lambda: scorer.score(["SLOW"] * 4, [""] * 4), 30)
+        assert scores == [1.0] * 4
+        assert metrics["reward/timeouts"] == metrics["reward/worker_restarts"] == 0
+        # a call that hangs inside a batch costs that call; the calls after it in the batch
+        # run on the replacement worker
+        responses = ["a", "HANG", "b", "c"]
+        (scores, _, metrics) = call_within(lambda: scorer.score(responses, [""] * 4), 30)
+        assert scores == [1.0, 0.0, 1.0, 1.0]
+        assert metrics["reward/timeouts"] == metrics["reward/worker_restarts"] == 1
+
+
+def test_a_crash_inside_a_batch_loses_only_its_own_call(verifier_file):
+    responses = ["fine", "EXIT", "fine", "RAISE", "fine"]
+    with RewardScorer(["itest_crash"], None, 1, 5.0, verifier_files=[verifier_file]) as scorer:
+        (scores, _, metrics) = call_within(lambda: scorer.score(responses, [""] * 5), 60)
+    assert scores == [0.5, 0.0, 0.5, 0.0, 0.5]
+    assert metrics["reward/errors"] == 2 and metrics["reward/worker_restarts"] == 1
 
 
 def test_garbage_values_are_counted(verifier_file):
