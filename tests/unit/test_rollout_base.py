@@ -10,8 +10,8 @@ import torch
 from mindrl.config.generate import SamplingConfig
 from mindrl.rollout import RolloutSampling, iter_buckets
 from mindrl.rollout.base import RolloutResult
+from mindrl.rollout.fused_layers import DEFAULT_PACKED_MODULES, FusedLayerGrouper
 from mindrl.rollout.sampling_ops import filter_logits, raw_token_logprobs
-from mindrl.rollout.vllm_engine import DEFAULT_PACKED_MODULES, FusedLayerGrouper
 
 
 def test_sampling_from_config_maps_every_knob():

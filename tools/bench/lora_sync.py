@@ -187,7 +187,7 @@ def _rss_mib() -> float:
 def _target_shapes(model_dir: Path) -> dict[str, tuple[int, int]]:
     from safetensors import safe_open
 
-    from mindrl.rollout.vllm_engine import checkpoint_tensor_names
+    from mindrl.rollout.fused_layers import checkpoint_tensor_names
 
     targets = set(lora_target_names(checkpoint_tensor_names(model_dir)))
     shapes: dict[str, tuple[int, int]] = {}
@@ -249,7 +249,7 @@ class Worker:
 
             for path in sorted(self.model_dir.glob("*.safetensors")):
                 self.base.update(load_file(str(path)))
-            from mindrl.rollout.vllm_engine import checkpoint_tensor_names
+            from mindrl.rollout.fused_layers import checkpoint_tensor_names
 
             self.names = checkpoint_tensor_names(self.model_dir)
         base_tokens, _ = self._generate(None)  # warm-up, and the base model's tokens
