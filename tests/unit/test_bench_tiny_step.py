@@ -1,0 +1,61 @@
+"""tools/bench/tiny_step.py's bookkeeping: the lean run's keys (valid for the tiny config),
+the medians read from metrics.jsonl, and the summary (no training run)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tools.bench import tiny_step
+
+
+def test_the_lean_run_packs_shares_prompts_and_keeps_the_reference_in_the_actor():
+    from mindrl.config import load_run_config
+    from mindrl.data.packing import pass_packing
+
+    run, _ = load_run_config(tiny_step.CONFIG, tiny_step.LEAN, check_paths=False)
+    update = pass_packing(run.rl.micro_batching, "update")
+    assert update.remove_padding and update.share_prompts and update.max_tokens == 8192
+    assert run.reference_snapshot and run.ref is not None  # the actor's weights, no process
+    shipped, _ = load_run_config(tiny_step.CONFIG, [], check_paths=False)
+    assert not pass_packing(shipped.rl.micro_batching, "update").remove_padding
+    assert not shipped.reference_snapshot
+
+
+def _write(out_dir, steps: list[float], phase: float = 0.1) -> None:
+    rows = []
+    clock = 1000.0
+    for i, step_s in enumerate(steps):
+        clock += step_s + 0.02  # the driver's logging after each step
+        row = {"step": i + 1, "time": clock, "timing/step": step_s, "grpo/score": i / 10}
+        row.update({f"timing/{p}": phase for p in tiny_step.PHASES})
+        rows.append(row)
+    rows.append({"step": 2, "val/score": 0.5})  # a validation line merges into its step
+    out_dir.mkdir(parents=True)
+    (out_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_medians_leave_out_the_warmup_steps(tmp_path):
+    _write(tmp_path / "run", [5.0, 3.0, 0.4, 0.5, 0.3, 0.45])
+    got = tiny_step.step_medians(tmp_path / "run", warmup=2)
+    assert got["steps_measured"] == 4
+    assert got["median_step_s"] == pytest.approx(0.425)
+    # wall between rows 3..6: each step's time plus 0.02 s of logging
+    assert got["median_wall_s"] == pytest.approx(0.47)
+    assert got["median_phase_s"] == {p: 0.1 for p in tiny_step.PHASES}
+    assert got["score_first"] == 0.0 and got["score_last"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="fewer than warmup 5"):
+        tiny_step.step_medians(tmp_path / "run", warmup=5)
+
+
+def test_summary_gives_both_runs_their_ratio_and_the_target():
+    def run(step_s: float, wall_s: float) -> dict:
+        return {"median_step_s": step_s, "median_wall_s": wall_s}
+
+    line = tiny_step.summary_line({"shipped": run(0.5, 0.52), "lean": run(0.36, 0.38)})
+    assert line == (
+        "tiny_step: shipped=0.500s lean=0.360s (x0.72) wall shipped=0.520s lean=0.380s "
+        "target<=0.25s below"
+    )
+    assert tiny_step.summary_line({"shipped": run(0.5, 0.5), "lean": run(0.2, 0.2)}).endswith("ok")

@@ -1,0 +1,136 @@
+"""Benchmark: the tiny run's steady-state step (#18: <= 0.25 s asked), as shipped and lean.
+
+    python tools/bench/tiny_step.py [--steps 25] [--warmup 5]
+                                    [--out bench/results/tiny_step.json] [--work-dir DIR]
+
+Runs `cli/train_grpo.py --config-name grpo_tiny_cpu` twice, one after the other, each in a
+fresh process tree, same seed and data:
+  shipped  the config as it ships (padded micro-batches, the reference in its own process)
+  lean     packed micro-batches by token budget, each prompt once per micro-batch for its
+           samples, the reference as a weight snapshot in the actor's process (`LEAN`)
+
+The tiny model's arithmetic is a few GFLOP a step, so its step time is fixed cost: engine
+steps, per-operator work, Ray calls, the driver. Per run: the median over steps
+warmup+1..N of `timing/step`, of each phase, and of the wall time between two steps'
+metric rows (which adds the driver's logging after a step); peak summed PSS; the score at
+the first and last step (both runs must learn the task alike). The lean run is also given
+as a ratio to the shipped one measured in the same invocation. Writes
+bench/results/tiny_step.json; the last line is the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+CONFIG = "grpo_tiny_cpu"
+TARGET_S = 0.25
+LEAN = [
+    "rl_config.use_remove_padding=true",
+    "rl_config.use_dynamic_bsz=true",
+    "rl_config.ref_max_packing_token_size=8192",
+    "rl_config.actor_max_packing_token_size=8192",
+    "rl_config.update_max_packing_token_size=8192",
+    "rl_config.share_prompt_forward=true",
+    "rl_config.use_integrated_worker=true",
+    "+rl_config.reference_in_actor=true",
+    "~ref_config",
+]
+PHASES = ("rollout", "reward", "log_probs", "update", "sync")
+
+
+def step_medians(out_dir: Path, warmup: int) -> dict[str, Any]:
+    """Medians over the steps after `warmup` of the step, each phase and the wall time between
+    metric rows; the first and last step's score."""
+    from mindrl.trainer.metrics import merged_step_records
+
+    records = [r for r in merged_step_records(out_dir / "metrics.jsonl") if "timing/step" in r]
+    steady = records[warmup:]
+    if len(steady) < 2:
+        raise ValueError(f"{len(records)} steps recorded: fewer than warmup {warmup} + 2")
+    walls = [b["time"] - a["time"] for a, b in zip(steady, steady[1:])]
+    phases = {
+        p: statistics.median(r[f"timing/{p}"] for r in steady)
+        for p in PHASES
+        if all(f"timing/{p}" in r for r in steady)
+    }
+    return {
+        "median_step_s": statistics.median(r["timing/step"] for r in steady),
+        "median_wall_s": statistics.median(walls),
+        "median_phase_s": phases,
+        "steps_measured": len(steady),
+        "score_first": records[0].get("grpo/score"),
+        "score_last": records[-1].get("grpo/score"),
+    }
+
+
+def summary_line(results: dict[str, dict[str, Any]]) -> str:
+    shipped, lean = (results[n]["median_step_s"] for n in ("shipped", "lean"))
+    best = min(shipped, lean)
+    verdict = "ok" if best <= TARGET_S else "below"
+    return (
+        f"tiny_step: shipped={shipped:.3f}s lean={lean:.3f}s (x{lean / shipped:.2f}) "
+        f"wall shipped={results['shipped']['median_wall_s']:.3f}s "
+        f"lean={results['lean']['median_wall_s']:.3f}s "
+        f"target<={TARGET_S}s {verdict}"
+    )
+
+
+def describe(res: dict[str, Any]) -> str:
+    phases = {k: round(v, 3) for k, v in res["median_phase_s"].items()}
+    return (
+        f"median step {res['median_step_s']:.3f} s, wall {res['median_wall_s']:.3f} s, "
+        f"phases {phases}, peak {res['summary']['peak_pss_gib']:.2f} GiB, "
+        f"score {res['score_first']:.2f} -> {res['score_last']:.2f}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--warmup", type=int, default=5, help="first steps left out")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "tiny_step.json")
+    parser.add_argument("--work-dir", type=Path, help="keep the runs' outputs here (else temp)")
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="per run")
+    args = parser.parse_args(argv)
+    if args.steps < args.warmup + 2:
+        parser.error("--steps must exceed --warmup by at least 2")
+
+    from tools.bench.variants import failed, run_variants, write_report
+
+    load_start = os.getloadavg()
+    results = run_variants(
+        "tiny_step",
+        CONFIG,
+        args.steps,
+        {"shipped": [], "lean": LEAN},
+        args.work_dir,
+        args.timeout_s,
+        measure=lambda out_dir: step_medians(out_dir, args.warmup),
+        describe=describe,
+    )
+    report = {
+        "config_name": CONFIG,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "target_s": TARGET_S,
+        "lean_overrides": LEAN,
+        "runs": results,
+    }
+    write_report(args.out, report, load_start)
+    if failed(results):
+        print("tiny_step: failed (see the runs' errors above)")
+        return 1
+    print(summary_line(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
