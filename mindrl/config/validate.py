@@ -384,6 +384,19 @@ def _output_problems(run: RunConfig) -> list[str]:
     return out
 
 
+def _warn_host_heap_threshold(run: RunConfig) -> None:
+    """`runtime.release_memory_min_mb` is about glibc's heap: on npu / cuda a pass's memory is
+    the caching allocator's, given back whole (`release_memory_after_pass`)."""
+    acc = run.runtime.accelerator
+    default = type(run.runtime)().release_memory_min_mb
+    if acc in ("npu", "cuda") and run.runtime.release_memory_min_mb != default:
+        warn_once(
+            "runtime.release_memory_min_mb",
+            f"runtime.release_memory_min_mb has no effect on {acc}: it keeps a small free host "
+            "heap between passes on cpu; a device's cached blocks are always given back",
+        )
+
+
 def cross_field_problems(
     run: RunConfig, *, check_paths: bool = True, local_paths: bool = True
 ) -> list[str]:
@@ -418,6 +431,7 @@ def cross_field_problems(
     out.extend(_validation_problems(run))
     out.extend(reference_in_actor_problems(run))
     out.extend(_reward_problems(run))
+    _warn_host_heap_threshold(run)
     if check_paths:
         out.extend(_path_problems(run, local=local_paths))
         out.extend(_output_problems(run))

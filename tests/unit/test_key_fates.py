@@ -432,6 +432,24 @@ def test_a_no_effect_key_at_its_default_is_silent(fate_log):
     assert not _messages(fate_log, "zmq_communication")
 
 
+def test_the_host_heap_threshold_warns_on_a_device_and_acts_on_cpu(fate_log):
+    for acc in ("cpu", "npu"):
+        load_run_config(
+            BASE,
+            [f"runtime.accelerator={acc}", "runtime.release_memory_min_mb=64"],
+            check_paths=False,
+        )
+    got = _messages(fate_log, "release_memory_min_mb")
+    assert got == [
+        "runtime.release_memory_min_mb has no effect on npu: it keeps a small free host heap "
+        "between passes on cpu; a device's cached blocks are always given back"
+    ]
+    reset_warnings()
+    fate_log.clear()
+    load_run_config(BASE, ["runtime.accelerator=npu"], check_paths=False)  # the default
+    assert not _messages(fate_log, "release_memory_min_mb")
+
+
 def test_a_dashed_key_is_read_as_mindspeed_does():
     """`min-lr` is `min_lr` (MindSpeed-RL's BaseConfig.update); a later section still wins."""
     run, raw = load_run_config(BASE, ["++megatron_training.adam-eps=1e-7"], check_paths=False)
