@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 3:
         parser.error("--steps must be at least 3 (step 1 is warm-up)")
 
-    from tools.bench.variants import failed, run_variants, write_report
+    from tools.bench.variants import finish, run_variants
 
     load_start = os.getloadavg()
     results = run_variants(
@@ -98,12 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         describe=lambda res: f"{run_line(res)} {res['pipeline']}",
     )
     report = {"config_name": args.config_name, "steps": args.steps, "runs": results}
-    write_report(args.out, report, load_start)
-    if failed(results):
-        print("async: failed (see the runs' errors above)")
-        return 1
-    print(summary_line(results))
-    return 0
+    return finish("async", args.out, report, load_start, summary_line)
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < args.warmup + 2:
         parser.error("--steps must exceed --warmup by at least 2")
 
-    from tools.bench.variants import failed, run_variants, write_report
+    from tools.bench.variants import finish, run_variants
 
     load_start = os.getloadavg()
     results = run_variants(
@@ -124,12 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         "lean_overrides": LEAN,
         "runs": results,
     }
-    write_report(args.out, report, load_start)
-    if failed(results):
-        print("tiny_step: failed (see the runs' errors above)")
-        return 1
-    print(summary_line(results))
-    return 0
+    return finish("tiny_step", args.out, report, load_start, summary_line)
 
 
 if __name__ == "__main__":

@@ -65,3 +65,20 @@ def write_report(path: Path, report: dict[str, Any], load_start: tuple[float, ..
 
 def failed(results: dict[str, dict[str, Any]]) -> bool:
     return any("error" in r for r in results.values())
+
+
+def finish(
+    bench: str,
+    path: Path,
+    report: dict[str, Any],
+    load_start: tuple[float, ...],
+    summary: Callable[[dict[str, dict[str, Any]]], str],
+) -> int:
+    """Write `report`; print the summary of its runs as the last line (exit 0), or say that a
+    run failed (exit 1)."""
+    write_report(path, report, load_start)
+    if failed(report["runs"]):
+        print(f"{bench}: failed (see the runs' errors above)")
+        return 1
+    print(summary(report["runs"]))
+    return 0
