@@ -188,6 +188,12 @@ def _algorithm_problems(run: RunConfig) -> list[str]:
             f"rl_config.clip_ratio_high: {alg.clip_ratio_high} is below clip_ratio "
             f"({alg.clip_ratio})"
         )
+    if alg.recompute_old_log_prob == "in_update" and alg.epochs > 1:
+        out.append(
+            f"rl_config.recompute_old_log_prob: in_update with epochs {alg.epochs}: a later "
+            "epoch's first mini-batch needs the old log-probs its first forward no longer "
+            "gives; use always (or epochs 1)"
+        )
     out.extend(_kl_problems(run))
     if not run.rollout_on_servers:  # a server's engine is checked when the run connects
         out.extend(_engine_problems(run))

@@ -41,12 +41,14 @@ logger = logging.getLogger("mindrl.trainer")
 
 def recomputes_old_log_probs(run: RunConfig) -> bool:
     """Whether the old policy's log-probs need their own forward pass: only when a batch
-    gets several optimizer steps (later ones see a moved policy) or the KL-in-reward
+    gets several optimizer steps (later ones see a moved policy; with
+    `recompute_old_log_prob: in_update` the update makes them itself) or the KL-in-reward
     penalty reads them before the update."""
     alg = run.rl.algorithm
-    if alg.recompute_old_log_prob == "always" or run.optimizer_steps_per_rl_step > 1:
+    if uses_kl_in_reward(alg) or alg.recompute_old_log_prob == "always":
         return True
-    return uses_kl_in_reward(alg)
+    # in_update: the actor's update computes what its later mini-batches need
+    return run.optimizer_steps_per_rl_step > 1 and alg.recompute_old_log_prob == "auto"
 
 
 def log_probs_passes(

@@ -148,8 +148,36 @@ class ActorWorker(TrainableWorker):
     # -- training ---------------------------------------------------------------------------
     def update(self, batch: SampleBatch, step: int) -> dict[str, float]:
         self.train_mode()
+        updater = self._updater()
+        in_update = (
+            self.run.rl.algorithm.recompute_old_log_prob == "in_update"
+            and "old_log_probs" not in batch.tensors
+            and len(updater.mini_batches(batch.size, step, 0)) > 1
+        )
+        extra: dict[str, float] = {}
+        if in_update:
+            batch, extra = self._old_log_probs_after_first(batch, step)
         with self.releasing_memory():
-            return self._updater().update(batch, step)
+            return {**updater.update(batch, step, first_on_policy=in_update), **extra}
+
+    def _old_log_probs_after_first(
+        self, batch: SampleBatch, step: int
+    ) -> tuple[SampleBatch, dict[str, float]]:
+        """`recompute_old_log_prob: in_update`: the old policy's log-probs of the rows the
+        first mini-batch does not hold (it takes its own: no step has been taken yet)."""
+        import time
+
+        import torch
+
+        start = time.perf_counter()
+        first = self._updater().mini_batches(batch.size, step, 0)[0]
+        later = torch.ones(batch.size, dtype=torch.bool)
+        later[first] = False
+        rows = later.nonzero().flatten()
+        old = torch.zeros_like(batch.response_mask)
+        old[rows] = self.compute_log_prob(batch.select(rows), "actor")
+        seconds = time.perf_counter() - start
+        return batch.with_tensors(old_log_probs=old), {"timing/update_old_log_prob": seconds}
 
     def export_hf(self, out_dir: str, hf_assets_dir: str | None = None) -> str | None:
         from mindrl.checkpoint.online import export_mcore_to_hf

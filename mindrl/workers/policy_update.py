@@ -240,28 +240,42 @@ class PolicyUpdater:
         self.seed = seed
         self.skipped_updates = 0  # checkpointed: counts non-finite steps over the run
 
-    def update(self, batch: SampleBatch, step: int) -> dict[str, float]:
-        """PPO/GRPO epochs over this DP rank's chunk, in mini-batches of micro-batches."""
+    def mini_batches(self, size: int, step: int, epoch: int) -> list[Any]:
+        """The rows of each mini-batch of `epoch` over this DP rank's chunk of `size` rows."""
         import torch
+
+        alg = self.alg
+        mini = (alg.mini_batch_samples or size * self.dp_size) // self.dp_size
+        if alg.shuffle_minibatch:
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step * 97 + epoch)
+            order = torch.randperm(size, generator=gen)
+        else:
+            order = torch.arange(size)
+        return [order[start : start + mini] for start in range(0, size, mini)]
+
+    def update(
+        self, batch: SampleBatch, step: int, first_on_policy: bool = False
+    ) -> dict[str, float]:
+        """PPO/GRPO epochs over this DP rank's chunk, in mini-batches of micro-batches.
+        `first_on_policy`: the first mini-batch takes its old log-probs from its own forward
+        (the policy has not moved yet; the batch's old_log_probs cover the other rows)."""
+        from dataclasses import replace
 
         for chunk in self.model_chunks:
             # training mode: the log-prob passes leave the chunks in eval, where megatron's
             # router skips its load-balancing loss (and dropout would be off)
             chunk.train()
-        alg = self.alg
-        mini = (alg.mini_batch_samples or batch.size * self.dp_size) // self.dp_size
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         phases = {"timing/update_fwd_bwd": 0.0, "timing/update_optimizer": 0.0}
         self.tokens = {"samples": 0, "real": 0, "fed": 0}
-        for epoch in range(alg.epochs):
-            if alg.shuffle_minibatch:
-                gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step * 97 + epoch)
-                order = torch.randperm(batch.size, generator=gen)
-            else:
-                order = torch.arange(batch.size)
-            for start in range(0, batch.size, mini):
-                metrics = self.train_mini_batch(batch.select(order[start : start + mini]), phases)
+        for epoch in range(self.alg.epochs):
+            for i, rows in enumerate(self.mini_batches(batch.size, step, epoch)):
+                mini = batch.select(rows)
+                if first_on_policy and epoch == 0 and i == 0:
+                    kept = {k: v for k, v in mini.tensors.items() if k != "old_log_probs"}
+                    mini = replace(mini, tensors=kept)
+                metrics = self.train_mini_batch(mini, phases)
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
                     counts[k] = counts.get(k, 0) + 1

@@ -4,7 +4,8 @@ synthetic batch of varied lengths: the reference and old-policy log-probs, then 
 updates, each followed by this rank's gradients.
 
 Arguments: {"hf_dir" (null: the config's model), "config" (default grpo_tiny_cpu),
-"overrides": [...], "steps": int, "grads": FILE, "grouped": rows share prompts}. Result per rank:
+"overrides": [...], "steps": int, "grads": FILE, "grouped": rows share prompts, "old_pass": the
+batch carries the old policy's log-probs from their own pass}. Result per rank:
 {"ref": log-probs [B, S-1], "actor": log-probs, "metrics": per step, "policy": log-probs
 after the steps}; rank 0 saves {step: {param name: gradient}} (its shard) to `grads`.
 """
@@ -56,6 +57,8 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     batch = synthetic_batch(run.actor.model.vocab_size, grouped=bool(args.get("grouped")))
     ref = worker.compute_log_prob(batch, "ref")
     actor = worker.compute_log_prob(batch, "actor")
+    if args.get("old_pass"):  # the old policy's log-probs from their own pass, as the driver
+        batch = batch.with_tensors(old_log_probs=actor)
     metrics, grads = [], {}
     for step in range(args["steps"]):
         metrics.append(worker.update(batch, step))

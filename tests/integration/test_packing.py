@@ -41,6 +41,7 @@ def _run(
     tmp: Path,
     config: str = "grpo_tiny_cpu",
     grouped: bool = False,
+    old_pass: bool = False,
 ) -> dict:
     grads = tmp / f"grads-{len(list(tmp.iterdir()))}.pt"
     args = {
@@ -50,6 +51,7 @@ def _run(
         "steps": 2,
         "grads": str(grads),
         "grouped": grouped,
+        "old_pass": old_pass,
     }
     results = fresh_process.ranks(SCRIPT, args, world_size=world, timeout_s=TIMEOUT_S)
     for other in results[1:]:
@@ -202,3 +204,28 @@ def test_shared_prompts_equal_padded_at_tp2_sp_and_pp2(
     shared = _run(fresh, str(tiny_model_dir), 2, layout + SHARED + BUDGET, grads_dir, grouped=True)
     _same_run(shared, padded)
     _same_run(shared, grouped_padded_tp1, grads=False)
+
+
+def test_old_log_probs_made_in_the_update_equal_their_own_pass(fresh, tiny_model_dir, grads_dir):
+    """`recompute_old_log_prob: in_update`: two shuffled mini-batches; the update computes
+    the second's old log-probs before its first step and the first takes its own. Step 0's
+    losses and gradients equal those of a batch that carries the old log-probs from their own
+    pass (step 1 reuses the batch, whose old log-probs are then stale by design)."""
+    # 8 samples per prompt in the config: 1 prompt = 8 of the 16 rows per mini-batch
+    two = ["rl_config.mini_batch_size=1", "rl_config.shuffle_minibatch=true"]
+    hf = str(tiny_model_dir)
+    own = _run(
+        fresh, hf, 1, [*two, "rl_config.recompute_old_log_prob=always"], grads_dir, old_pass=True
+    )
+    inside = _run(fresh, hf, 1, [*two, "rl_config.recompute_old_log_prob=in_update"], grads_dir)
+    stale = _run(fresh, hf, 1, two, grads_dir)  # no old log-probs: each mini-batch its own
+
+    def step0_gap(a: dict, b: dict) -> float:
+        gaps = [abs(a["metrics"][0][k] - b["metrics"][0][k]) for k in LOSSES]
+        for name, g in a["grads"][0].items():
+            gaps.append(float((g - b["grads"][0][name]).abs().max()))
+        return max(gaps)
+
+    assert step0_gap(own, inside) <= TOL
+    # without the second mini-batch's old log-probs its ratio is 1: a different update
+    assert step0_gap(own, stale) > 100 * TOL

@@ -12,6 +12,7 @@ import torch
 
 from mindrl.algorithms.kl_control import FixedKLController
 from mindrl.config import load_run_config
+from mindrl.config.errors import ConfigError
 from mindrl.rollout.rows import RolloutRow
 from mindrl.trainer.grpo import grpo_step, recomputes_old_log_probs
 from mindrl.trainer.rollout_step import assemble_rollouts
@@ -224,6 +225,32 @@ def test_grpo_step_recomputes_old_log_probs_when_a_batch_gets_several_optimizer_
     batch, _ = actor.updates[0]
     assert torch.equal(batch.tensors["old_log_probs"], -1.0 * batch.response_mask)
     assert "rollout/logprob_abs_diff" in metrics  # measured on the driver from old log-probs
+
+
+def test_with_old_log_probs_in_update_the_driver_runs_no_old_policy_pass():
+    t, actor = _trainer(
+        ["rl_config.mini_batch_size=2", "rl_config.recompute_old_log_prob=in_update"]
+    )
+    assert not recomputes_old_log_probs(t.run)
+    grpo_step(t, step=0)
+    assert "log_probs" not in actor.calls  # the actor's update makes them
+    batch, _ = actor.updates[0]
+    assert "old_log_probs" not in batch.tensors
+    # the KL-in-reward penalty reads them before the update: the pass stays
+    kl, _ = _trainer(
+        [
+            "rl_config.mini_batch_size=2",
+            "rl_config.recompute_old_log_prob=in_update",
+            "rl_config.use_kl_loss=false",
+            "rl_config.use_kl_in_reward=true",
+        ]
+    )
+    assert recomputes_old_log_probs(kl.run)
+
+
+def test_old_log_probs_in_update_refuse_several_epochs():
+    with pytest.raises(ConfigError, match="in_update with epochs 2"):
+        _trainer(["rl_config.recompute_old_log_prob=in_update", "rl_config.epochs=2"])
 
 
 def test_overlong_filter_reaches_the_update_without_editing_the_rollout_batch():

@@ -7,7 +7,8 @@ Runs `cli/train_grpo.py --config-name grpo_tiny_cpu` twice, one after the other,
 fresh process tree, same seed and data:
   shipped  the config as it ships (padded micro-batches, the reference in its own process)
   lean     packed micro-batches by token budget, each prompt once per micro-batch for its
-           samples, the reference as a weight snapshot in the actor's process (`LEAN`)
+           samples, the old policy's log-probs made by the update (its first mini-batch
+           takes its own), the reference as a weight snapshot in the actor's process (`LEAN`)
 
 The tiny model's arithmetic is a few GFLOP a step, so its step time is fixed cost: engine
 steps, per-operator work, Ray calls, the driver. Per run: the median over steps
@@ -39,6 +40,7 @@ LEAN = [
     "rl_config.actor_max_packing_token_size=8192",
     "rl_config.update_max_packing_token_size=8192",
     "rl_config.share_prompt_forward=true",
+    "rl_config.recompute_old_log_prob=in_update",
     "rl_config.use_integrated_worker=true",
     "+rl_config.reference_in_actor=true",
     "~ref_config",
