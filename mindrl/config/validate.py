@@ -22,6 +22,7 @@ from mindrl.config.rl import MIN_VERIFIER_MEMORY_MB, AlgorithmConfig
 from mindrl.config.role import ROLE_NAMES, RoleConfig
 from mindrl.config.rollout_server import server_problems
 from mindrl.config.run import RunConfig
+from mindrl.config.runtime_rules import warn_host_heap_threshold
 from mindrl.config.scale_rules import scale_problems
 from mindrl.config.writable import unwritable_reason
 
@@ -390,19 +391,6 @@ def _output_problems(run: RunConfig) -> list[str]:
     return out
 
 
-def _warn_host_heap_threshold(run: RunConfig) -> None:
-    """`runtime.release_memory_min_mb` is about glibc's heap: on npu / cuda a pass's memory is
-    the caching allocator's, given back whole (`release_memory_after_pass`)."""
-    acc = run.runtime.accelerator
-    default = type(run.runtime)().release_memory_min_mb
-    if acc in ("npu", "cuda") and run.runtime.release_memory_min_mb != default:
-        warn_once(
-            "runtime.release_memory_min_mb",
-            f"runtime.release_memory_min_mb has no effect on {acc}: it keeps a small free host "
-            "heap between passes on cpu; a device's cached blocks are always given back",
-        )
-
-
 def cross_field_problems(
     run: RunConfig, *, check_paths: bool = True, local_paths: bool = True
 ) -> list[str]:
@@ -437,7 +425,7 @@ def cross_field_problems(
     out.extend(_validation_problems(run))
     out.extend(reference_in_actor_problems(run))
     out.extend(_reward_problems(run))
-    _warn_host_heap_threshold(run)
+    warn_host_heap_threshold(run)
     if check_paths:
         out.extend(_path_problems(run, local=local_paths))
         out.extend(_output_problems(run))
