@@ -149,28 +149,29 @@ class ActorWorker(TrainableWorker):
     def update(self, batch: SampleBatch, step: int) -> dict[str, float]:
         self.train_mode()
         updater = self._updater()
+        first, *later = updater.mini_batches(batch.size, step, 0)
         in_update = (
             self.run.rl.algorithm.recompute_old_log_prob == "in_update"
             and "old_log_probs" not in batch.tensors
-            and len(updater.mini_batches(batch.size, step, 0)) > 1
+            and bool(later)
         )
         extra: dict[str, float] = {}
         if in_update:
-            batch, extra = self._old_log_probs_after_first(batch, step)
+            batch, extra = self._old_log_probs_after_first(batch, first)
         with self.releasing_memory():
             return {**updater.update(batch, step, first_on_policy=in_update), **extra}
 
     def _old_log_probs_after_first(
-        self, batch: SampleBatch, step: int
+        self, batch: SampleBatch, first: Any
     ) -> tuple[SampleBatch, dict[str, float]]:
         """`recompute_old_log_prob: in_update`: the old policy's log-probs of the rows the
-        first mini-batch does not hold (it takes its own: no step has been taken yet)."""
+        first mini-batch (`first`) does not hold (it takes its own: no step has been taken
+        yet)."""
         import time
 
         import torch
 
         start = time.perf_counter()
-        first = self._updater().mini_batches(batch.size, step, 0)[0]
         later = torch.ones(batch.size, dtype=torch.bool)
         later[first] = False
         rows = later.nonzero().flatten()
