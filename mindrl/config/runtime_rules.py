@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
-from mindrl.config.fates import warn_once
+from mindrl.config.fates import is_default, warn_once
 
 if TYPE_CHECKING:
     from mindrl.config.run import RunConfig
@@ -14,8 +15,8 @@ def warn_host_heap_threshold(run: RunConfig) -> None:
     """`runtime.release_memory_min_mb` is about glibc's heap: on npu / cuda a pass's memory is
     the caching allocator's, given back whole (`release_memory_after_pass`)."""
     acc = run.runtime.accelerator
-    default = type(run.runtime)().release_memory_min_mb
-    if acc in ("npu", "cuda") and run.runtime.release_memory_min_mb != default:
+    field = next(f for f in dataclasses.fields(run.runtime) if f.name == "release_memory_min_mb")
+    if acc in ("npu", "cuda") and not is_default(field, run.runtime.release_memory_min_mb):
         warn_once(
             "runtime.release_memory_min_mb",
             f"runtime.release_memory_min_mb has no effect on {acc}: it keeps a small free host "
