@@ -70,6 +70,11 @@ class PlacementPlan:
     def total_devices(self) -> int:
         return sum(g.num_devices for g in self.groups)
 
+    def worker_processes(self) -> int:
+        """Worker processes the plan starts: one per rank of each role (colocated roles are
+        separate processes on the same devices)."""
+        return sum(layout.num_devices for g in self.groups for layout in g.roles)
+
     def demand(self) -> dict[str, float]:
         """Total Ray resources the plan reserves."""
         out: dict[str, float] = {}

@@ -43,8 +43,9 @@ class RuntimeConfig:
     worker_threads: int | None = spec(
         None,
         ge=1,
-        help="torch threads per worker; default: its bundle's CPUs. On a CPU box "
-        "roles that run one after another may each use every core",
+        help="torch threads per worker; default: its bundle's CPUs, or on a one-node CPU "
+        "run whose bundles leave CPUs idle the node's CPUs over the worker processes. On a "
+        "CPU box roles that run one after another may each use every core",
     )
     release_memory_after_pass: bool = spec(
         True,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from mindrl.trainer.checkpointing import CheckpointWriter, ResumePoint, find_res
 from mindrl.trainer.roles import Roles
 
 if TYPE_CHECKING:
+    from mindrl.cluster.placement import ClusterResources
     from mindrl.data.dataset import PromptSubset
     from mindrl.data.sampler import ResumableSampler
     from mindrl.rewards.scorer import RewardScorer
@@ -140,6 +142,14 @@ def start_models(run: RunConfig, roles: Roles, resume: ResumePoint | None) -> No
         roles.rollout.start(roles.actor)
 
 
+def one_node_cpus(resources: ClusterResources) -> float | None:
+    """The CPUs of a one-node cluster, at most this machine's (Ray may be told more than it
+    has: `runtime.ray_num_cpus`); None on several nodes."""
+    if len(resources.nodes) != 1:
+        return None
+    return min(resources.nodes[0].get("CPU", 0.0), float(len(os.sched_getaffinity(0))))
+
+
 @contextlib.contextmanager
 def setup(run: RunConfig, raw: dict[str, Any]) -> Iterator[Trainer]:
     """Ray, the role workers with their models, the reward pool and the metrics sinks."""
@@ -169,7 +179,7 @@ def setup(run: RunConfig, raw: dict[str, Any]) -> Iterator[Trainer]:
         resources = cluster.cluster_resources()
         plan = plan_placement(run, acc.ray_resource, resources.max_per_node(acc.ray_resource))
         logger.info("%s", plan.describe())
-        roles = start_roles(run, plan, cluster.master_addr)
+        roles = start_roles(run, plan, cluster.master_addr, one_node_cpus(resources))
         stack.callback(roles.shutdown)
         start_models(run, roles, resume)
         sync_weights(roles)
