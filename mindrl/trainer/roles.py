@@ -153,6 +153,10 @@ def start_roles(
                     "critic": (CriticWorker, (run,)),
                 }.get(layout.role, (None, ()))
                 cpus = cpus_per_worker(device_group)
+                threads = threads_per_worker(
+                    run, float(device_group.bundle.get("CPU", 1.0)), plan, node_cpus
+                )
+                logger.info("%s: %d torch thread(s) per worker", layout.role, threads)
                 groups[layout.role] = WorkerGroup(
                     cls,
                     layout.role,
@@ -161,12 +165,7 @@ def start_roles(
                     num_cpus_per_worker=cpus,
                     num_devices_per_worker=devices_per_worker(device_group, plan.resource),
                     device_resource=plan.resource,
-                    env=_worker_env(
-                        run,
-                        threads_per_worker(
-                            run, float(device_group.bundle.get("CPU", 1.0)), plan, node_cpus
-                        ),
-                    ),
+                    env=_worker_env(run, threads),
                     init_args=args,
                     master_addr=master_addr,
                     timeout_s=timeout,
