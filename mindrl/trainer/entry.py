@@ -144,7 +144,7 @@ def dry_run_path_warnings(run: RunConfig) -> list[str]:
 def coordinate_on_one_thread() -> None:
     """The driver's torch work is bookkeeping on small tensors (batches, advantages,
     metrics); with more intra-op threads it keeps an OpenMP pool whose idle threads spin on
-    the cores the workers compute on (the tiny CPU run's step: 0.377 -> 0.355 s). The
+    the cores the workers compute on (the tiny CPU run's driver: 15% of a core -> 7%). The
     workers' thread counts are their own (`MINDRL_NUM_THREADS`)."""
     import torch
 
