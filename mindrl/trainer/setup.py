@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,9 +144,11 @@ def start_models(run: RunConfig, roles: Roles, resume: ResumePoint | None) -> No
 def one_node_cpus(resources: ClusterResources) -> float | None:
     """The CPUs of a one-node cluster, at most this machine's (Ray may be told more than it
     has: `runtime.ray_num_cpus`); None on several nodes."""
+    from mindrl.cluster.launch import count_cpus
+
     if len(resources.nodes) != 1:
         return None
-    return min(resources.nodes[0].get("CPU", 0.0), float(len(os.sched_getaffinity(0))))
+    return min(resources.nodes[0].get("CPU", 0.0), float(count_cpus()))
 
 
 @contextlib.contextmanager
