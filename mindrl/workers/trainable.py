@@ -128,6 +128,7 @@ class TrainableWorker(MegatronModelWorker):
     def _load_optimizer_state(self, iter_dir: str, saved: dict[str, Any] | None) -> None:
         from mindrl.checkpoint import distributed_optimizer as dist_optim
         from mindrl.checkpoint.errors import CheckpointReadError
+        from mindrl.models.optimizer import fuse_host_adam
 
         optimizer = self._opt().optimizer
         in_folder = saved == dist_optim.RANK_FILE_MARKER
@@ -144,6 +145,7 @@ class TrainableWorker(MegatronModelWorker):
             dist_optim.load_distributed_optimizer(optimizer, self.model_chunks, iter_dir)
         else:
             optimizer.load_state_dict(saved)
+        fuse_host_adam(optimizer)  # the loaded param groups carry the saving run's options
 
     def _opt(self) -> TrainingOptimizer:
         if self.opt is None:

@@ -3,10 +3,12 @@
 engine) on grpo_tiny_cpu with the integrated reference, trained on one fixed synthetic batch.
 
 Arguments: {"hf_dir", "overrides": [...], "steps": int, "ref_passes": bool (a reference pass
-before every update, as a GRPO step makes), "save": DIR | null, "resume": DIR | null}.
+before every update, as a GRPO step makes), "save": DIR | null, "save_unfused": bool (the checkpoint's Adam
+groups say fused=None), "resume": DIR | null}.
 Result per rank: {"metrics": per step, "policy": log-probs after the steps, "ref_before" /
 "ref_after": the reference's log-probs before the first and after the last update (lists, or
-null without a snapshot), "policy_before": the policy's before training}.
+null without a snapshot), "policy_before": the policy's before training, "adam_fused": each
+Adam param group's `fused` option}.
 """
 
 from __future__ import annotations
@@ -54,7 +56,11 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         metrics.append(worker.update(batch, step))
     ref_after = worker.compute_ref_log_prob(batch) if held else None
     policy = worker.compute_log_prob(batch)
+    fused = [g.get("fused") for g in worker.opt.optimizer.optimizer.param_groups]
     if args.get("save"):
+        if args.get("save_unfused"):  # a checkpoint as written before Adam was fused
+            for group in worker.opt.optimizer.optimizer.param_groups:
+                group["fused"] = None
         worker.save_checkpoint(args["save"])
 
     def listed(t: Any) -> Any:
@@ -66,6 +72,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         "policy": listed(policy),
         "ref_before": listed(ref_before),
         "ref_after": listed(ref_after),
+        "adam_fused": fused,
     }
 
 

@@ -46,7 +46,13 @@ def test_the_snapshot_is_the_start_weights_and_leaves_training_untouched(
 
 def test_a_resumed_actor_holds_the_loaded_reference(fresh_process, tiny_model_dir, tmp_path):
     save = tmp_path / "ckpt"
-    first = _train(fresh_process, str(tiny_model_dir), 1, SNAPSHOT, save=str(save))
+    first = _train(
+        fresh_process, str(tiny_model_dir), 1, SNAPSHOT, save=str(save), save_unfused=True
+    )
     resumed = _train(fresh_process, str(tiny_model_dir), 1, SNAPSHOT, resume=str(save), steps=0)
     assert resumed["policy"] == first["policy"]  # the checkpoint's policy
+    # torch's host Adam steps with its fused kernel, also resumed from a checkpoint whose
+    # saved group options say otherwise
+    assert first["adam_fused"] and all(first["adam_fused"])
+    assert resumed["adam_fused"] == first["adam_fused"]
     assert resumed["ref_before"] == first["ref_before"]  # the reference is not the checkpoint
