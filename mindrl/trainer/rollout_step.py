@@ -63,9 +63,7 @@ def generate_batch(
 ) -> SampleBatch:
     """n responses per prompt record, one slice of the prompts per generating rank."""
     prompts, chunks, slices = spread_prompts(generator, records)
-    generator.rollout_mode()
-    rows_by_rank = generator.generate([list(chunks[s]) for s in slices], sampling)
-    generator.train_mode()
+    rows_by_rank = generator.generate_in_rollout_mode([list(chunks[s]) for s in slices], sampling)
     return rows_to_batch(records, prompts, chunks, slices, rows_by_rank, pad_id)
 
 

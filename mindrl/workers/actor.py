@@ -125,6 +125,16 @@ class ActorWorker(TrainableWorker):
         if self.hybrid is not None:
             self.hybrid.train_mode()
 
+    def generate_in_rollout_mode(
+        self, prompts: list[list[int]], sampling: RolloutSampling
+    ) -> list[RolloutRow] | None:
+        """`rollout_mode`, `generate`, `train_mode` in one call (the driver's step makes one
+        round trip instead of three)."""
+        self.rollout_mode()
+        rows = self.generate(prompts, sampling)
+        self.train_mode()
+        return rows
+
     def pack_weights(self) -> list[Any]:
         """For a separate rollout group: the weights as object-store buckets (rank 0 sends)."""
         from mindrl.workers.weight_transfer import pack_weight_buckets

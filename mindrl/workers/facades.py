@@ -44,6 +44,16 @@ class RolloutGenerator(Protocol):
 
     def train_mode(self) -> None: ...
 
+    def generate_in_rollout_mode(
+        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+    ) -> list[list[RolloutRow] | None]:
+        """Rollout mode, `generate`, train mode: one batch between two mode switches. A
+        generator whose ranks can switch on their own does the three in one call per rank."""
+        self.rollout_mode()
+        rows = self.generate(prompts_per_rank, sampling)
+        self.train_mode()
+        return rows
+
 
 class PendingLogProbs:
     """Per-token results (log-probs, a critic's values) being computed on a group's workers,
@@ -73,7 +83,7 @@ def _log_probs(
     return _start_log_probs(group, batch, method).result()
 
 
-class ActorGroup:
+class ActorGroup(RolloutGenerator):
     """The trained policy (and, in the hybrid layout, its rollout engines)."""
 
     def __init__(self, group: WorkerGroup) -> None:
@@ -134,6 +144,14 @@ class ActorGroup:
     def train_mode(self) -> None:
         self.group.execute_all(ActorWorker.train_mode)
 
+    def generate_in_rollout_mode(
+        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+    ) -> list[list[RolloutRow] | None]:
+        """Each rank switches, generates and switches back in one call (every rank runs the
+        same sequence, so the collectives of the switches meet as before): two round trips
+        to all ranks fewer a batch."""
+        return self.group.dispatch(ActorWorker.generate_in_rollout_mode, prompts_per_rank, sampling)
+
 
 class ReferenceGroup:
     """The frozen reference policy."""
@@ -171,7 +189,7 @@ class ReferenceInActor:
         return _start_log_probs(self.actor.group, batch, ActorWorker.compute_ref_log_prob)
 
 
-class RolloutGroup:
+class RolloutGroup(RolloutGenerator):
     """Rollout engines on their own devices (`rl_config.rollout_resource`)."""
 
     def __init__(self, group: WorkerGroup) -> None:

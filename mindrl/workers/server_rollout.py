@@ -22,6 +22,7 @@ from mindrl.rollout.daemon_calls import call_in_daemon
 from mindrl.rollout.rows import RolloutRow, rollout_rows
 from mindrl.rollout.server_client import RolloutServerError, VLLMServerClient
 from mindrl.rollout.server_weights import ServerWeightLink
+from mindrl.workers.facades import RolloutGenerator
 
 if TYPE_CHECKING:
     from mindrl.config.generate import RolloutServerConfig
@@ -51,7 +52,7 @@ def split_prompts(n_prompts: int, n_servers: int) -> list[range]:
     return out
 
 
-class ServerRolloutGroup:
+class ServerRolloutGroup(RolloutGenerator):
     """The rollout role on external vLLM servers."""
 
     def __init__(self, cfg: RolloutServerConfig, needed_len: int, tokenizer: Any) -> None:

@@ -17,6 +17,7 @@ from mindrl.rollout.rows import RolloutRow
 from mindrl.trainer.grpo import grpo_step, recomputes_old_log_probs
 from mindrl.trainer.rollout_step import assemble_rollouts
 from mindrl.trainer.setup import Prompts, Trainer
+from mindrl.workers.facades import RolloutGenerator
 
 
 def _row(prompt: int, tokens: list[int]) -> RolloutRow:
@@ -71,7 +72,7 @@ class FakeTokenizer:
 
 
 @dataclass
-class FakeGenerator:
+class FakeGenerator(RolloutGenerator):
     """Two generating ranks; response i of a prompt is i+1 copies of token 7 (so lengths
     and therefore scores differ within a group)."""
 
