@@ -16,6 +16,7 @@ Ray- and megatron-free (torch only); the attention over blocks is
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,8 +38,10 @@ def prompt_families(input_ids: torch.Tensor, prompt_lengths: torch.Tensor) -> li
     """Rows grouped by identical prompt tokens, in order of first appearance (rows in batch
     order)."""
     families: dict[tuple[int, ...], list[int]] = {}
-    for r, p in enumerate(prompt_lengths.tolist()):
-        families.setdefault(tuple(input_ids[r, :p].tolist()), []).append(r)
+    plens = prompt_lengths.tolist()
+    rows = input_ids[:, : max(plens, default=0)].tolist()  # one copy out, not one per row
+    for r, p in enumerate(plens):
+        families.setdefault(tuple(rows[r][:p]), []).append(r)
     return list(families.values())
 
 
@@ -179,26 +182,28 @@ def pack_shared(
     plens = prompt_lengths.tolist()
     if any(p > n for p, n in zip(plens, lengths)):
         raise ValueError("a row is shorter than its prompt")
-    tokens: list[torch.Tensor] = []
-    positions: list[torch.Tensor] = []
-    segments: list[torch.Tensor] = []
+    # each packed token as (row, column) of the padded rows, gathered in one indexing call
+    # (a few small tensors per row cost ~1 ms a micro-batch)
+    rows: list[int] = []
+    positions: list[int] = []
+    segments: list[int] = []
     bounds = [0]
     n = len(lengths)
     prompt_starts, response_starts = [0] * n, [0] * n
     at = 0
     for family in prompt_families(input_ids, prompt_lengths):
         p = plens[family[0]]
-        tokens.append(input_ids[family[0], :p])
-        positions.append(torch.arange(p))
-        segments.append(torch.zeros(p, dtype=torch.long))
+        rows += [family[0]] * p
+        positions += range(p)
+        segments += [0] * p
         for r in family:
             prompt_starts[r] = at
         at += p
         for k, r in enumerate(family, start=1):
             extra = lengths[r] - p
-            tokens.append(input_ids[r, p : lengths[r]])
-            positions.append(torch.arange(p, lengths[r]))
-            segments.append(torch.full((extra,), k, dtype=torch.long))
+            rows += [r] * extra
+            positions += range(p, lengths[r])
+            segments += [k] * extra
             response_starts[r] = at
             at += extra
         bounds.append(at)
@@ -209,17 +214,30 @@ def pack_shared(
         padded = length
     if padded > at:
         tail = padded - at
-        tokens.append(input_ids.new_zeros(tail))
-        positions.append(torch.arange(tail))
-        segments.append(torch.zeros(tail, dtype=torch.long))
+        positions += range(tail)
+        segments += [0] * tail
         bounds.append(padded)
+    position_ids = _long_tensor(positions, input_ids.device)
+    tokens = input_ids[_long_tensor(rows, input_ids.device), position_ids[:at]]
+    if padded > at:
+        tokens = torch.cat([tokens, input_ids.new_zeros(padded - at)])
     return SharedPrefixRows(
-        tokens=torch.cat(tokens)[None, :].to(input_ids.device),
-        position_ids=torch.cat(positions)[None, :].to(input_ids.device),
+        tokens=tokens[None, :],
+        position_ids=position_ids[None, :],
         block_bounds=torch.tensor(bounds, dtype=torch.int32),
-        segments=torch.cat(segments),
+        segments=_long_tensor(segments),
         prompt_starts=torch.tensor(prompt_starts),
         response_starts=torch.tensor(response_starts),
         prompt_lengths=prompt_lengths.to("cpu", torch.long),
         real_tokens=at,
     )
+
+
+def _long_tensor(values: list[int], device: torch.device | str = "cpu") -> torch.Tensor:
+    """An int64 tensor of `values`: through an int64 array, ~3x faster than `torch.tensor` on
+    a list of a thousand Python ints."""
+    import torch
+
+    if not values:
+        return torch.zeros(0, dtype=torch.long, device=device)
+    return torch.frombuffer(array("q", values), dtype=torch.long).to(device, copy=True)
