@@ -133,32 +133,38 @@ def build_sample_batch(
         raise ValueError(f"{len(prompts)} prompts for {len(responses)} responses")
     lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
     seq = max(max(lengths), 2)
-    bsz = len(prompts)
-    input_ids = torch.full((bsz, seq), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((bsz, seq), dtype=torch.long)
-    response_mask = torch.zeros((bsz, seq - 1), dtype=torch.float32)
-    rollout_lp = torch.zeros((bsz, seq - 1), dtype=torch.float32)
+    rows: list[int] = []  # the padded rows, row-major, built as Python lists and converted once
+    log_probs: list[float] = []
     for i, (p, r) in enumerate(zip(prompts, responses)):
         if not p:
             raise ValueError(f"sample {i} has an empty prompt")
-        ids = list(p) + list(r)
-        input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        attention_mask[i, : len(ids)] = 1
-        start = len(p) - 1  # column predicting the first response token
-        response_mask[i, start : start + len(r)] = 1.0
+        rows += [*p, *r]
+        rows += [pad_id] * (seq - lengths[i])
         if rollout_log_probs is not None:
             lp = rollout_log_probs[i]
             if len(lp) != len(r):
                 raise ValueError(f"sample {i}: {len(lp)} log-probs for {len(r)} response tokens")
-            rollout_lp[i, start : start + len(r)] = torch.tensor(lp, dtype=torch.float32)
+            log_probs += [0.0] * (len(p) - 1)  # column len(p) - 1 predicts the first response token
+            log_probs += lp
+            log_probs += [0.0] * (seq - lengths[i])
+    bsz = len(prompts)
+    input_ids = torch.tensor(rows, dtype=torch.long).view(bsz, seq)
+    prompt_lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+    response_lengths = torch.tensor([len(r) for r in responses], dtype=torch.long)
+    columns = torch.arange(seq)
+    attention_mask = (columns < (prompt_lengths + response_lengths)[:, None]).long()
+    start = (prompt_lengths - 1)[:, None]  # column predicting the first response token
+    predicted = columns[: seq - 1]
+    response_mask = ((predicted >= start) & (predicted < start + response_lengths[:, None])).float()
     batch = SampleBatch(
         input_ids=input_ids,
         attention_mask=attention_mask,
         response_mask=response_mask,
-        prompt_lengths=torch.tensor([len(p) for p in prompts], dtype=torch.long),
-        response_lengths=torch.tensor([len(r) for r in responses], dtype=torch.long),
+        prompt_lengths=prompt_lengths,
+        response_lengths=response_lengths,
         meta=dict(meta or {}),
     )
     if rollout_log_probs is not None:
+        rollout_lp = torch.tensor(log_probs, dtype=torch.float32).view(bsz, seq - 1)
         batch = batch.with_tensors(rollout_log_probs=rollout_lp)
     return batch
