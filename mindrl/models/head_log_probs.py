@@ -110,11 +110,21 @@ def _make_function() -> Any:
             for i in range(0, hidden.shape[0], step):
                 h = hidden[i : i + step]
                 x = _chunk_logits(h, w, temperature)
-                p = torch.exp(x - lse[i : i + step, None])
+                with_entropy = entropy_grad and grad_ent is not None
+                # the chunk's [tokens, vocab] passes run in place unless x is needed again
+                p = (
+                    (x - lse[i : i + step, None]).exp_()
+                    if with_entropy
+                    else x.sub_(lse[i : i + step, None]).exp_()
+                )
                 # d log p(label) / dx = onehot - p, scaled by the upstream gradient
-                g = p * -grad_picked[i : i + step, None]
+                g = (
+                    (p * -grad_picked[i : i + step, None])
+                    if with_entropy
+                    else p.mul_(-grad_picked[i : i + step, None])
+                )
                 g.scatter_add_(-1, labels[i : i + step, None], grad_picked[i : i + step, None])
-                if entropy_grad and grad_ent is not None:
+                if with_entropy:
                     # d H / dx = -p (x - E[x]), E[x] = lse - H
                     mean = (lse[i : i + step] - ent[i : i + step])[:, None]
                     g -= grad_ent[i : i + step, None] * p * (x - mean)
@@ -123,7 +133,9 @@ def _make_function() -> Any:
                 g = g.to(hidden.dtype)
                 if grad_h is not None:
                     grad_h[i : i + step] = g @ w
-                if grad_w is not None:
+                if grad_w is not None and g.dtype == grad_w.dtype:
+                    grad_w[:vocab].addmm_(g.t(), h)  # accumulated inside the GEMM
+                elif grad_w is not None:
                     grad_w[:vocab] += (g.t() @ h).float()
             if grad_w is not None:
                 grad_w = grad_w.to(weight.dtype)
