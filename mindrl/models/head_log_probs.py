@@ -107,10 +107,10 @@ def _make_function() -> Any:
             if grad_picked is None:
                 grad_picked = torch.zeros_like(lse)
             step = chunk_tokens(vocab)
+            with_entropy = entropy_grad and grad_ent is not None
             for i in range(0, hidden.shape[0], step):
                 h = hidden[i : i + step]
                 x = _chunk_logits(h, w, temperature)
-                with_entropy = entropy_grad and grad_ent is not None
                 # the chunk's [tokens, vocab] passes run in place unless x is needed again
                 p = (
                     (x - lse[i : i + step, None]).exp_()
