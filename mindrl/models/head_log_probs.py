@@ -111,18 +111,14 @@ def _make_function() -> Any:
             for i in range(0, hidden.shape[0], step):
                 h = hidden[i : i + step]
                 x = _chunk_logits(h, w, temperature)
-                # the chunk's [tokens, vocab] passes run in place unless x is needed again
-                p = (
-                    (x - lse[i : i + step, None]).exp_()
-                    if with_entropy
-                    else x.sub_(lse[i : i + step, None]).exp_()
-                )
-                # d log p(label) / dx = onehot - p, scaled by the upstream gradient
-                g = (
-                    (p * -grad_picked[i : i + step, None])
-                    if with_entropy
-                    else p.mul_(-grad_picked[i : i + step, None])
-                )
+                # d log p(label) / dx = onehot - p, scaled by the upstream gradient; the chunk's
+                # [tokens, vocab] passes run in place unless the entropy term needs x and p again
+                upstream = -grad_picked[i : i + step, None]
+                if with_entropy:
+                    p = (x - lse[i : i + step, None]).exp_()
+                    g = p * upstream
+                else:
+                    g = x.sub_(lse[i : i + step, None]).exp_().mul_(upstream)
                 g.scatter_add_(-1, labels[i : i + step, None], grad_picked[i : i + step, None])
                 if with_entropy:
                     # d H / dx = -p (x - E[x]), E[x] = lse - H
