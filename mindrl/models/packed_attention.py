@@ -8,8 +8,8 @@ block-diagonal mask over the whole packed length would cost T^2), and everything
 the layer (rotary positions restarting per segment, the linears) is megatron's own. Padded
 batches take torch's fused attention too where nothing megatron-only is asked for
 (`_fused_ok`), else megatron's `DotProductAttention` unchanged. Rows sharing a prompt
-(`SharedPrefixParams`, `share_prompt_forward`) take the same per-block call with a mask that
-lets each response see the prompt and itself.
+(`SharedPrefixParams`, `share_prompt_forward`) take `mindrl.models.shared_prefix_attention`:
+each response over its prompt and itself.
 """
 
 from __future__ import annotations
@@ -37,14 +37,13 @@ class SegmentedDotProductAttention(DotProductAttention):
     ) -> Any:
         if isinstance(packed_seq_params, SharedPrefixParams):
             self._check_packable(attention_bias)
-            out = segmented_causal_attention(
+            layout = packed_seq_params.attention_layout(query.device, query.dtype)
+            out = layout.attend(
                 query[:, 0],
                 key[:, 0],
                 value[:, 0],
-                packed_seq_params.block_bounds,
-                scale=self.softmax_scale,
-                dropout=self.attention_dropout.p if self.training else 0.0,
-                segments=packed_seq_params.segments,
+                self.softmax_scale,
+                self.attention_dropout.p if self.training else 0.0,
             )
             return out.unsqueeze(1)  # [T, b=1, heads * dim]
         if packed_seq_params is None:
@@ -139,12 +138,9 @@ def segmented_causal_attention(
     *,
     scale: float,
     dropout: float = 0.0,
-    segments: Any = None,
 ) -> Any:
     """Causal attention within each segment of [T, heads, dim] tensors (grouped key / value
-    heads repeated to the query heads); returns [T, heads * dim]. `segments` ([T], rows
-    sharing a prompt: `mindrl.data.prefix_sharing`) splits each segment further: a token of
-    part k > 0 sees part 0 (the prompt) and its own part only.
+    heads repeated to the query heads); returns [T, heads * dim].
 
     The segments are laid side by side as a [segments, longest, heads, dim] batch for one
     fused attention call (a loop over segments costs a kernel launch per sample and layer):
@@ -169,10 +165,6 @@ def segmented_causal_attention(
     allowed = (steps[None, :] <= steps[:, None])[None] & (steps[None, :] < lengths[:, None])[
         :, None, :
     ]  # [n, query, key]: causal, within the segment
-    if segments is not None:
-        part = segments.new_zeros((n, longest))
-        part[segment, position] = segments.to(query.device)
-        allowed = allowed & ((part[:, None, :] == 0) | (part[:, None, :] == part[:, :, None]))
     out = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=allowed[:, None], dropout_p=dropout, scale=scale
     )

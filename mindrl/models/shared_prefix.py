@@ -10,20 +10,22 @@ from an ordinary sequence, and both are supplied here:
   the whole prompt and its own response's earlier tokens. `SharedPrefixParams` rides in
   megatron's `packed_seq_params` argument to the core attention
   (`SegmentedDotProductAttention`), which megatron hands through untouched for a layout
-  other than `thd`.
+  other than `thd`, and carries the attention's layout (`mindrl.models.
+  shared_prefix_attention`) once it is built.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
     from mindrl.data.prefix_sharing import SharedPrefixRows
+    from mindrl.models.shared_prefix_attention import SharedPrefixLayout
 
 
 @dataclass
@@ -38,6 +40,19 @@ class SharedPrefixParams:
     max_seqlen_kv: int
     qkv_format: str = "sbhd"  # megatron's ordinary layout: it squeezes / re-slices nothing
     cp_group: Any = None
+    _layouts: dict[tuple[Any, Any], Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def attention_layout(self, device: Any, dtype: Any) -> SharedPrefixLayout:
+        """The attention's index and mask tensors, built by the first layer that asks and
+        shared by the others (and by a recomputation)."""
+        from mindrl.models.shared_prefix_attention import SharedPrefixLayout
+
+        key = (device, dtype)
+        if key not in self._layouts:
+            self._layouts[key] = SharedPrefixLayout.build(
+                self.block_bounds, self.segments, device, dtype
+            )
+        return self._layouts[key]
 
 
 def shared_prefix_params(rows: SharedPrefixRows, device: Any) -> SharedPrefixParams:

@@ -55,20 +55,25 @@ def test_each_scored_cell_reads_its_own_rows_token_and_predicts_its_next():
     assert (packed_cols == 2).sum() == 3
 
 
-def test_attention_over_blocks_equals_each_rows_own_causal_attention():
-    from mindrl.models.packed_attention import segmented_causal_attention
+@pytest.mark.parametrize("multiple", [1, 8])  # 8: a padding tail after the last block
+def test_attention_over_blocks_equals_each_rows_own_causal_attention(multiple):
+    from mindrl.models.shared_prefix import shared_prefix_params
 
     gen = torch.Generator().manual_seed(0)
     batch = _batch([A, B, A, A], [[10, 11], [12], [13, 14, 15], [16]])
-    rows = pack_shared(batch.input_ids, batch.attention_mask, batch.prompt_lengths)
+    rows = pack_shared(
+        batch.input_ids, batch.attention_mask, batch.prompt_lengths, multiple=multiple
+    )
     total, heads, kv_heads, dim = rows.tokens.shape[1], 4, 2, 8
     # per-token features that depend only on (token, position), as q / k / v do after RoPE
     table = torch.randn(20, 8, heads + 2 * kv_heads, dim, generator=gen)
     feats = table[rows.tokens[0], rows.position_ids[0]]
     q, k, v = feats.split([heads, kv_heads, kv_heads], dim=1)
-    out = segmented_causal_attention(
-        q, k, v, rows.block_bounds, scale=0.3, segments=rows.segments
-    ).view(total, heads, dim)
+    params = shared_prefix_params(rows, "cpu")
+    layout = params.attention_layout(q.device, q.dtype)
+    assert params.attention_layout(q.device, q.dtype) is layout  # built once per micro-batch
+    out = layout.attend(q, k, v, scale=0.3, dropout=0.0).view(total, heads, dim)
+    assert torch.isfinite(out).all()  # the padding tail too
     sel = rows.selection(batch.response_mask, batch.input_ids)
     _, packed_cols, _ = sel.model_cells()
     for r, j, p in zip(sel.rows.tolist(), sel.cols.tolist(), packed_cols.tolist()):
@@ -80,8 +85,7 @@ def test_attention_over_blocks_equals_each_rows_own_causal_attention():
         expected = torch.einsum("hk,khd->hd", weights, rv)
         assert torch.allclose(out[p], expected, atol=1e-6), (r, j)
     assert (
-        total
-        == rows.real_tokens
+        rows.real_tokens
         == shared_group_tokens(
             batch.input_ids, batch.attention_mask, batch.prompt_lengths, [[0, 1, 2, 3]]
         )[0]
