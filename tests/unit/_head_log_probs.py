@@ -80,7 +80,21 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         }
     plain, fused = results[False], results[True]
     grad_gap = max(float((plain["grads"][n] - g).abs().max()) for n, g in fused["grads"].items())
+    ddp_gaps = {}
+    for overlap in (False, True):  # megatron's DDP: the head adds into main_grad itself
+        ddp_grads = _ddp_hidden_only_grads(
+            model,
+            arch,
+            overlap,
+            (tokens, attention, selection),
+            (weights, entropy_weights),
+            entropy_grad,
+        )
+        ddp_gaps[overlap] = max(
+            float((plain["grads"][n] - ddp_grads[n]).abs().max()) for n in plain["grads"]
+        )
     return {
+        "ddp_grad_gap": max(ddp_gaps.values()),
         "plain_used_head": plain["used_head"],
         "fused_used_head": fused["used_head"],
         "log_prob_gap": float((plain["picked"] - fused["picked"]).abs().max()),
@@ -89,6 +103,47 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         "grad_scale": max(float(g.abs().max()) for g in plain["grads"].values()),
         "finite": all(bool(torch.isfinite(g).all()) for g in fused["grads"].values()),
     }
+
+
+def _ddp_hidden_only_grads(model, arch, overlap, inputs, loss_weights, entropy_grad):  # type: ignore[no-untyped-def]
+    """The fused-head loss (entropy term included) through a copy of `model` in megatron's
+    DDP (fp32 gradient buffers, `overlap` gradient reduction): each parameter's
+    `main_grad` after the reduction."""
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+
+    import mindrl.models.head_log_probs as chunked
+    from mindrl.models.gpt import build_gpt_model
+    from mindrl.models.logprobs import causal_attention_mask, position_ids_from_mask
+    from mindrl.models.token_select import select_tokens
+
+    tokens, attention, selection = inputs
+    weights, entropy_weights = loss_weights
+    copy = build_gpt_model(arch)
+    copy.load_state_dict(model.state_dict())
+    config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=overlap)
+    ddp = DistributedDataParallel(copy.config, config, copy)
+    ddp.train()
+    ddp.zero_grad_buffer()
+    with select_tokens(ddp, selection, hidden_only=True) as head:
+        out = ddp(
+            tokens,
+            position_ids_from_mask(attention),
+            causal_attention_mask(tokens.shape[1], attention),
+        )
+    picked, entropy = chunked.head_log_probs(
+        out[0],
+        head.weight,
+        selection.labels(tokens),
+        vocab_size=arch.vocab_size,
+        entropy=True,
+        entropy_grad=entropy_grad,
+    )
+    loss = (picked * weights).sum()
+    if entropy_grad:
+        loss = loss + (entropy * entropy_weights).sum()
+    loss.backward()
+    ddp.finish_grad_sync()
+    return {n: p.main_grad.detach().clone() for n, p in copy.named_parameters()}
 
 
 if __name__ == "__main__":
