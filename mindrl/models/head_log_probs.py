@@ -4,9 +4,11 @@ The policy loss needs one number per scored token (its log-prob, and its entropy
 plain path holds the scored tokens' logits over the whole vocabulary several times over for
 the backward pass: the output layer's result, the log-softmax saved by autograd, their
 gradients (SmolLM2, 512 scored tokens x 49k vocabulary: 100 MB each, ~0.8 GB in all). Here
-the logits of `chunk` tokens exist at a time: the forward keeps only each token's
-log-sum-exp, and the backward recomputes a chunk's logits (one extra output-layer matmul) to
-form its gradient, which goes straight into the hidden states' and the weight's gradients.
+the logits of `chunk` tokens exist at a time: the forward keeps each token's log-sum-exp,
+and the probabilities once (`KEPT_PROBS_BYTES`) where they are small enough, else the
+backward recomputes a chunk's logits (one extra output-layer matmul); a chunk's gradient goes
+straight into the hidden states' and the weight's gradients (into megatron's `main_grad`
+where DDP wraps the weight).
 
 Same numbers as `log_probs_and_entropy` over `hidden @ weight.T` (fp32 softmax over logits in
 the weight's dtype), for one tensor-parallel rank holding the whole vocabulary; vocabulary
@@ -21,6 +23,10 @@ if TYPE_CHECKING:
     import torch
 
 CHUNK_BYTES = 32 << 20  # fp32 logits of one chunk of tokens
+# A call's fp32 probabilities up to this size are kept from the forward for the backward
+# (SmolLM2's update micro-batch: ~140 MB), which then needs no logits recomputed (one
+# output-layer GEMM, ~1 s of a SmolLM2 update); larger calls recompute them chunk by chunk.
+KEPT_PROBS_BYTES = 256 << 20
 
 
 def chunk_tokens(vocab: int) -> int:
@@ -76,13 +82,21 @@ def _make_function() -> Any:
             lse = hidden.new_empty(n, dtype=torch.float32)
             picked = torch.empty_like(lse)
             ent = torch.empty_like(lse) if entropy else lse.new_empty(0)
+            keep = (
+                any(ctx.needs_input_grad[:2])
+                and not entropy_grad
+                and 4 * n * vocab <= KEPT_PROBS_BYTES
+            )
+            ctx.probs = [] if keep else None
             with torch.no_grad():
                 for i in range(0, n, step):
                     x = _chunk_logits(hidden[i : i + step], w, temperature)
                     picked[i : i + step] = x.gather(-1, labels[i : i + step, None])[:, 0]
-                    lse[i : i + step], chunk_ent = _lse_and_entropy(x, entropy)
+                    lse[i : i + step], chunk_ent, probs = _lse_and_entropy(x, entropy, keep)
                     if entropy:
                         ent[i : i + step] = chunk_ent
+                    if keep:
+                        ctx.probs.append(probs)
             picked -= lse
             ctx.save_for_backward(hidden, weight, labels, lse, ent)
             ctx.settings = (vocab, temperature, entropy_grad)
@@ -107,16 +121,21 @@ def _make_function() -> Any:
                 grad_picked = torch.zeros_like(lse)
             step = chunk_tokens(vocab)
             with_entropy = entropy_grad and grad_ent is not None
-            for i in range(0, hidden.shape[0], step):
+            kept, ctx.probs = ctx.probs, None
+            for k, i in enumerate(range(0, hidden.shape[0], step)):
                 h = hidden[i : i + step]
-                x = _chunk_logits(h, w, temperature)
                 # d log p(label) / dx = onehot - p, scaled by the upstream gradient; the chunk's
                 # [tokens, vocab] passes run in place unless the entropy term needs x and p again
                 upstream = -grad_picked[i : i + step, None]
-                if with_entropy:
+                if kept is not None:  # the forward's probabilities: no logits recomputed
+                    g = kept[k].mul_(upstream)
+                    kept[k] = None
+                elif with_entropy:
+                    x = _chunk_logits(h, w, temperature)
                     p = (x - lse[i : i + step, None]).exp_()
                     g = p * upstream
                 else:
+                    x = _chunk_logits(h, w, temperature)
                     g = x.sub_(lse[i : i + step, None]).exp_().mul_(upstream)
                 g.scatter_add_(-1, labels[i : i + step, None], grad_picked[i : i + step, None])
                 if with_entropy:
@@ -141,21 +160,24 @@ def _make_function() -> Any:
     return HeadLogProbs
 
 
-def _lse_and_entropy(x: torch.Tensor, entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A chunk's log-sum-exp and (with `entropy`) entropy, overwriting the logits `x`: one
-    [tokens, vocabulary] temporary at most (the entropy's exponentials), where logsumexp and
-    `p * x` made three, each a fresh allocation the size of the chunk."""
+def _lse_and_entropy(
+    x: torch.Tensor, entropy: bool, keep_probs: bool
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """A chunk's log-sum-exp, (with `entropy`) entropy and (with `keep_probs`) probabilities,
+    overwriting the logits `x`: one [tokens, vocabulary] temporary at most (the entropy's
+    exponentials), where logsumexp and `p * x` made three, each a fresh allocation the size
+    of the chunk."""
     top = x.amax(-1, keepdim=True)
     shifted = x.sub_(top)
-    if not entropy:
-        total = shifted.exp_().sum(-1)
-        return top[:, 0] + total.log(), None
-    e = shifted.exp()
+    e = shifted.exp() if entropy else shifted.exp_()
     total = e.sum(-1)
-    # H = log(sum e) - sum(e * shifted) / sum(e); closer to an fp64 reference than
-    # lse - sum(p * x) (8e-7 against 1.2e-5 at 49k logits of scale 3), and ~6x faster
-    dot = e.mul_(shifted).sum(-1)
-    return top[:, 0] + total.log(), total.log() - dot / total
+    ent = None
+    if entropy:
+        # H = log(sum e) - sum(e * shifted) / sum(e); closer to an fp64 reference than
+        # lse - sum(p * x) (8e-7 against 1.2e-5 at 49k logits of scale 3), and ~6x faster
+        ent = total.log() - shifted.mul_(e).sum(-1) / total
+    probs = e.div_(total[:, None]) if keep_probs else None
+    return top[:, 0] + total.log(), ent, probs
 
 
 def _accumulates_into_main_grad(weight: torch.Tensor, compute_dtype: torch.dtype) -> bool:

@@ -40,9 +40,13 @@ def _small_chunks(monkeypatch):
     monkeypatch.setattr(chunked, "CHUNK_BYTES", 4 * VOCAB * 64)  # 64 tokens: 5 chunks
 
 
+@pytest.mark.parametrize("kept_probs_bytes", [256 << 20, 0])  # kept / recomputed logits
 @pytest.mark.parametrize("entropy_grad", [False, True])
 @pytest.mark.parametrize(("dtype", "tol"), [(torch.float32, 1e-5), (torch.bfloat16, None)])
-def test_chunked_head_equals_the_plain_log_softmax(dtype, tol, entropy_grad):
+def test_chunked_head_equals_the_plain_log_softmax(
+    dtype, tol, entropy_grad, kept_probs_bytes, monkeypatch
+):
+    monkeypatch.setattr(chunked, "KEPT_PROBS_BYTES", kept_probs_bytes)
     hidden, weight, labels, g_picked, g_entropy = _inputs(dtype)
     picked, entropy = log_probs_and_entropy(
         hidden @ weight.t(), labels, vocab_size=REAL_VOCAB, entropy_grad=entropy_grad
