@@ -26,10 +26,12 @@ def test_embedded_init_has_no_public_dashboard():
     assert kw["num_cpus"] == os.cpu_count()
     assert kw["namespace"] == "mindrl" and kw["log_to_driver"] is True
     assert "address" not in kw
-    # no idle task workers started ahead: mindrl's workers are actors
+    # no idle task workers started ahead: mindrl's workers are actors; a step's batch (~110 KB
+    # for the tiny run) travels inside its call, not through the object store
     assert kw["_system_config"] == {
         "enable_worker_prestart": False,
         "prestart_worker_first_driver": False,
+        "max_direct_call_object_size": 1 << 20,
     }
 
 
