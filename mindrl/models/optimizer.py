@@ -33,14 +33,12 @@ def wrap_for_training(model: Any, cfg: RoleConfig, chunk_index: int = 0) -> Any:
     from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
 
     from mindrl.models.scale import ddp_config
-    from mindrl.models.sparse_embedding_grad import sparse_embedding_grads
 
     model.train()
     ddp = DistributedDataParallel(
         model.config, ddp_config(cfg), model, disable_bucketing=chunk_index > 0
     )
     model.config.finalize_model_grads_func = finalize_model_grads
-    sparse_embedding_grads(model)  # on CPU: DDP's hook adds the rows, no dense temporary
     return ddp
 
 

@@ -107,14 +107,13 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
 
 def _ddp_hidden_only_grads(model, arch, overlap, inputs, loss_weights, entropy_grad):  # type: ignore[no-untyped-def]
     """The fused-head loss (entropy term included) through a copy of `model` in megatron's
-    DDP (fp32 gradient buffers, `overlap` gradient reduction, the embedding's gradient
-    sparse): each parameter's `main_grad` after the reduction."""
+    DDP (fp32 gradient buffers, `overlap` gradient reduction): each parameter's
+    `main_grad` after the reduction."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 
     import mindrl.models.head_log_probs as chunked
     from mindrl.models.gpt import build_gpt_model
     from mindrl.models.logprobs import causal_attention_mask, position_ids_from_mask
-    from mindrl.models.sparse_embedding_grad import sparse_embedding_grads
     from mindrl.models.token_select import select_tokens
 
     tokens, attention, selection = inputs
@@ -123,7 +122,6 @@ def _ddp_hidden_only_grads(model, arch, overlap, inputs, loss_weights, entropy_g
     copy.load_state_dict(model.state_dict())
     config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=overlap)
     ddp = DistributedDataParallel(copy.config, config, copy)
-    assert sparse_embedding_grads(copy) == 1  # as `wrap_for_training` does on CPU
     ddp.train()
     ddp.zero_grad_buffer()
     with select_tokens(ddp, selection, hidden_only=True) as head:

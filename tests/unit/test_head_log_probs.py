@@ -112,5 +112,5 @@ def test_hidden_only_gpt_model_gives_the_plain_gradients(fresh_process, arch, en
     assert res["log_prob_gap"] <= 1e-5 and res["entropy_gap"] <= 1e-5
     assert res["grad_gap"] <= 1e-5 * max(1.0, res["grad_scale"])
     # in megatron's DDP the head adds its weight gradient into main_grad itself (with and
-    # without overlapped reduction; tied: the embedding's sparse gradient still arrives)
+    # without overlapped reduction; tied: the embedding's gradient still arrives)
     assert res["ddp_grad_gap"] <= 1e-5 * max(1.0, res["grad_scale"])
