@@ -19,13 +19,8 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     import mindrl.models.head_log_probs as chunked
     from mindrl.config.model_arch import ModelArchConfig
     from mindrl.models.gpt import build_gpt_model
-    from mindrl.models.logprobs import (
-        causal_attention_mask,
-        log_probs_and_entropy,
-        position_ids_from_mask,
-    )
     from mindrl.models.parallel import init_parallel
-    from mindrl.models.token_select import TokenSelection, select_tokens, selected_logits
+    from mindrl.models.token_select import TokenSelection
 
     chunked.CHUNK_BYTES = args["chunk_bytes"]  # several chunks on this small batch
     init_parallel(1, 1, accelerator="cpu", seed=1)
@@ -44,36 +39,15 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     entropy_weights = torch.randn(selection.size, generator=gen)
     entropy_grad = args["entropy_grad"]
 
+    inputs, loss_weights = (tokens, attention, selection), (weights, entropy_weights)
     results = {}
     for hidden_only in (False, True):
         model.zero_grad()
-        with select_tokens(model, selection, hidden_only=hidden_only) as head:
-            out = model(
-                tokens, position_ids_from_mask(attention), causal_attention_mask(seq, attention)
-            )
-        labels = selection.labels(tokens)
-        if head.weight is not None:
-            picked, entropy = chunked.head_log_probs(
-                out[0],
-                head.weight,
-                labels,
-                vocab_size=arch.vocab_size,
-                entropy=True,
-                entropy_grad=entropy_grad,
-            )
-        else:
-            picked, entropy = log_probs_and_entropy(
-                selected_logits(out, selection),
-                labels,
-                vocab_size=arch.vocab_size,
-                entropy_grad=entropy_grad,
-            )
-        loss = (picked * weights).sum()
-        if entropy_grad:
-            loss = loss + (entropy * entropy_weights).sum()
-        loss.backward()
+        used_head, picked, entropy = _loss_backward(
+            model, arch, hidden_only, inputs, loss_weights, entropy_grad
+        )
         results[hidden_only] = {
-            "used_head": head.weight is not None,
+            "used_head": used_head,
             "picked": picked.detach(),
             "entropy": entropy.detach(),
             "grads": {n: p.grad.detach().clone() for n, p in model.named_parameters()},
@@ -82,14 +56,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     grad_gap = max(float((plain["grads"][n] - g).abs().max()) for n, g in fused["grads"].items())
     ddp_gaps = {}
     for overlap in (False, True):  # megatron's DDP: the head adds into main_grad itself
-        ddp_grads = _ddp_hidden_only_grads(
-            model,
-            arch,
-            overlap,
-            (tokens, attention, selection),
-            (weights, entropy_weights),
-            entropy_grad,
-        )
+        ddp_grads = _ddp_hidden_only_grads(model, arch, overlap, inputs, loss_weights, entropy_grad)
         ddp_gaps[overlap] = max(
             float((plain["grads"][n] - ddp_grads[n]).abs().max()) for n in plain["grads"]
         )
@@ -105,43 +72,66 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _ddp_hidden_only_grads(model, arch, overlap, inputs, loss_weights, entropy_grad):  # type: ignore[no-untyped-def]
-    """The fused-head loss (entropy term included) through a copy of `model` in megatron's
-    DDP (fp32 gradient buffers, `overlap` gradient reduction): each parameter's
-    `main_grad` after the reduction."""
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-
+def _loss_backward(model, arch, hidden_only, inputs, loss_weights, entropy_grad):  # type: ignore[no-untyped-def]
+    """One weighted loss of the scored tokens' log-probs (and entropies with `entropy_grad`)
+    through `model`, backward: by the chunked head (`hidden_only`) or the plain logits and
+    log-softmax. Returns (whether the chunked head ran, log-probs, entropies)."""
     import mindrl.models.head_log_probs as chunked
-    from mindrl.models.gpt import build_gpt_model
-    from mindrl.models.logprobs import causal_attention_mask, position_ids_from_mask
-    from mindrl.models.token_select import select_tokens
+    from mindrl.models.logprobs import (
+        causal_attention_mask,
+        log_probs_and_entropy,
+        position_ids_from_mask,
+    )
+    from mindrl.models.token_select import select_tokens, selected_logits
 
     tokens, attention, selection = inputs
     weights, entropy_weights = loss_weights
+    with select_tokens(model, selection, hidden_only=hidden_only) as head:
+        out = model(
+            tokens,
+            position_ids_from_mask(attention),
+            causal_attention_mask(tokens.shape[1], attention),
+        )
+    labels = selection.labels(tokens)
+    if head.weight is not None:
+        picked, entropy = chunked.head_log_probs(
+            out[0],
+            head.weight,
+            labels,
+            vocab_size=arch.vocab_size,
+            entropy=True,
+            entropy_grad=entropy_grad,
+        )
+    else:
+        picked, entropy = log_probs_and_entropy(
+            selected_logits(out, selection),
+            labels,
+            vocab_size=arch.vocab_size,
+            entropy_grad=entropy_grad,
+        )
+    loss = (picked * weights).sum()
+    if entropy_grad:
+        loss = loss + (entropy * entropy_weights).sum()
+    loss.backward()
+    return head.weight is not None, picked, entropy
+
+
+def _ddp_hidden_only_grads(model, arch, overlap, inputs, loss_weights, entropy_grad):  # type: ignore[no-untyped-def]
+    """The chunked-head loss through a copy of `model` in megatron's DDP (fp32 gradient
+    buffers, `overlap` gradient reduction): each parameter's `main_grad` after the
+    reduction."""
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+
+    from mindrl.models.gpt import build_gpt_model
+
     copy = build_gpt_model(arch)
     copy.load_state_dict(model.state_dict())
     config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=overlap)
     ddp = DistributedDataParallel(copy.config, config, copy)
     ddp.train()
     ddp.zero_grad_buffer()
-    with select_tokens(ddp, selection, hidden_only=True) as head:
-        out = ddp(
-            tokens,
-            position_ids_from_mask(attention),
-            causal_attention_mask(tokens.shape[1], attention),
-        )
-    picked, entropy = chunked.head_log_probs(
-        out[0],
-        head.weight,
-        selection.labels(tokens),
-        vocab_size=arch.vocab_size,
-        entropy=True,
-        entropy_grad=entropy_grad,
-    )
-    loss = (picked * weights).sum()
-    if entropy_grad:
-        loss = loss + (entropy * entropy_weights).sum()
-    loss.backward()
+    used_head, _, _ = _loss_backward(ddp, arch, True, inputs, loss_weights, entropy_grad)
+    assert used_head
     ddp.finish_grad_sync()
     return {n: p.main_grad.detach().clone() for n, p in copy.named_parameters()}
 
