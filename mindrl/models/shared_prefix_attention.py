@@ -139,17 +139,21 @@ def _additive(allowed: torch.Tensor, dtype: Any) -> torch.Tensor:
     return mask.masked_fill_(~allowed, float("-inf"))[:, None]
 
 
-def _prompt_group(starts: torch.Tensor, lengths: torch.Tensor, dtype: Any) -> _RowGroup | None:
-    """Each prompt causal over itself (a query-padding slot sees the whole prompt)."""
-    if starts.numel() == 0:
-        return None
+def _causal_within(real: torch.Tensor) -> torch.Tensor:
+    """[rows, q, k]: a span's token sees its own earlier ones, a query-padding slot the whole
+    span (so no query row is empty)."""
     import torch
 
+    steps = torch.arange(real.shape[1], device=real.device)
+    return ((steps[None, :] <= steps[:, None]) | ~real[:, :, None]) & real[:, None, :]
+
+
+def _prompt_group(starts: torch.Tensor, lengths: torch.Tensor, dtype: Any) -> _RowGroup | None:
+    """Each prompt causal over itself."""
+    if starts.numel() == 0:
+        return None
     index, real = _spans(starts, lengths)
-    steps = torch.arange(index.shape[1], device=index.device)
-    causal = (steps[None, :] <= steps[:, None]) | ~real[:, :, None]  # [rows, q, k]
-    allowed = causal & real[:, None, :]
-    return _RowGroup(index, index, _additive(allowed, dtype))
+    return _RowGroup(index, index, _additive(_causal_within(real), dtype))
 
 
 def _response_group(
@@ -170,13 +174,7 @@ def _response_group(
     else:  # no response has a prompt: no prefix columns
         prefix = own[:, :0]
         prefix_real = own_real[:, :0]
-    steps = torch.arange(own.shape[1], device=own.device)
-    causal = (steps[None, :] <= steps[:, None]) | ~own_real[:, :, None]  # [rows, q, k]
     allowed = torch.cat(
-        [
-            prefix_real[:, None, :].expand(-1, own.shape[1], -1),
-            causal & own_real[:, None, :],
-        ],
-        dim=2,
+        [prefix_real[:, None, :].expand(-1, own.shape[1], -1), _causal_within(own_real)], dim=2
     )
     return _RowGroup(own, torch.cat([prefix, own], dim=1), _additive(allowed, dtype))
