@@ -205,6 +205,7 @@ class CPUPlatform(EnginePlatform):
     visible_devices_env = None
     host_sleep = True  # mindrl.rollout.host_release
     scoped_reload = True
+    direct_reload = True  # weights straight into the layers where that applies
     # vLLM lets this legacy variable override the engine's kv_cache_memory_bytes (the size the
     # run chose: planning.engine.cpu_kv_cache), and cannot read it empty
     unset_environment = ("VLLM_CPU_KVCACHE_SPACE",)
@@ -222,6 +223,22 @@ class CPUPlatform(EnginePlatform):
 
     def sleep_mode_available(self) -> bool:
         return False
+
+    def update_weights(
+        self,
+        llm: Any,
+        named: Iterable[tuple[str, torch.Tensor]],
+        layers: Sequence[str] = (),
+    ) -> None:
+        """Straight into the layers and re-packed (`rollout/direct_reload.py`) where that
+        applies (one rank, unquantized, no LoRA), else vLLM's layerwise reload."""
+        named = list(named)
+        if self.direct_reload:
+            from mindrl.rollout.direct_reload import direct_reload
+
+            if all(llm.collective_rpc(direct_reload, kwargs={"weights": named})):
+                return
+        super().update_weights(llm, named, layers)
 
 
 class AscendPlatform(EnginePlatform):

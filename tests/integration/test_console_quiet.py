@@ -78,8 +78,9 @@ def test_default_console_is_progress_and_problems_only(tmp_path, tiny_model_dir)
     logs = out / "logs"
     assert f"worker, engine and Ray logs: {logs.resolve()}" in proc.stderr
     engine_log = (logs / "actor_rank0.log").read_text()
-    for line in ENGINE_CHATTER:
-        assert line in engine_log, line
+    # the weight sync's vLLM lines go to the file (its reload lines only where vLLM's
+    # reload runs: the direct path on CPU has none)
+    assert "Successfully reset prefix cache" in engine_log
     assert VLLM_INFO.search(engine_log)
     assert (logs / "ref_rank0.log").is_file()
     driver_log = (logs / "driver.log").read_text()
@@ -94,10 +95,10 @@ def test_debug_level_shows_engine_logs_on_the_console(tmp_path, tiny_model_dir):
     proc, out = _train(tmp_path, "runtime.log_level=debug")
     console = proc.stdout + proc.stderr
     assert len(PROGRESS.findall(proc.stdout)) == STEPS
-    for line in ENGINE_CHATTER:
-        assert line in console, line
+    assert "Successfully reset prefix cache" in console  # the weight sync's vLLM line
+    assert VLLM_INFO.search(console)
     assert "Started a local Ray instance" in console
-    assert "Reloading and processing weights" in (out / "logs" / "actor_rank0.log").read_text()
+    assert "Successfully reset prefix cache" in (out / "logs" / "actor_rank0.log").read_text()
 
 
 WORKER = textwrap.dedent(

@@ -220,8 +220,11 @@ def test_a_bucket_reloads_only_the_layers_it_fills(
     vllm_engine, tiny_model_dir, chat_prompts, monkeypatch
 ):
     """vLLM's own reload prepares (and, unfilled, warns about) every layer per bucket; the
-    engine's prepares the layers the bucket's tensors fill, and the weights stay right."""
+    engine's prepares the layers the bucket's tensors fill, and the weights stay right (the
+    layerwise path: where the direct one does not apply)."""
     import vllm.model_executor.model_loader.reload.layerwise as layerwise
+
+    monkeypatch.setattr(vllm_engine.platform, "direct_reload", False)
 
     prepared: list[str] = []
     restore = layerwise.restore_layer_on_meta
@@ -241,6 +244,60 @@ def test_a_bucket_reloads_only_the_layers_it_fills(
     ]
     vllm_engine.update_weights([(n, original[n]) for n in mlp])
     _assert_same(vllm_engine.generate(chat_prompts, GREEDY), before, atol=1e-6)
+
+
+def test_direct_reload_leaves_the_engine_as_the_layerwise_reload_does(
+    vllm_engine, tiny_model_dir, chat_prompts, monkeypatch
+):
+    """The same samples and log-probs, bit for bit, after either path loads the same
+    tensors (fused q/k/v and gate/up, biases, norms, the tied embedding); the layerwise
+    machinery is not entered on the direct path."""
+    import vllm.model_executor.model_loader.reload as reload
+    import vllm.model_executor.model_loader.reload.layerwise as layerwise
+
+    original = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
+    gen = torch.Generator().manual_seed(5)
+    new = sorted((n, t + 0.05 * torch.randn(t.shape, generator=gen)) for n, t in original.items())
+    sampling = RolloutSampling(n=3, temperature=1.0, max_tokens=16, seed=11)
+    results = {}
+    try:
+        for direct in (False, True):
+            monkeypatch.setattr(vllm_engine.platform, "direct_reload", direct)
+            vllm_engine.update_weights(original.items())
+            if direct:  # the direct path must not fall back to vLLM's reload
+                monkeypatch.setattr(reload, "initialize_layerwise_reload", _no_call)
+                monkeypatch.setattr(layerwise, "initialize_layerwise_reload", _no_call)
+            vllm_engine.update_weights(new)
+            results[direct] = [
+                (r.token_ids, r.logprobs) for r in vllm_engine.generate(chat_prompts, sampling)
+            ]
+    finally:
+        monkeypatch.undo()
+        vllm_engine.update_weights(original.items())
+    assert results[True] == results[False]
+    assert vllm_engine.llm.apply_model(_head_shares_embedding_kernel) == [True]
+
+
+def test_direct_reload_declines_what_it_does_not_know_and_changes_nothing(
+    vllm_engine, tiny_model_dir, chat_prompts
+):
+    from mindrl.rollout.direct_reload import direct_reload
+
+    original = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
+    before = vllm_engine.generate(chat_prompts, GREEDY)
+    norm = "model.norm.weight"
+    unknown = [
+        (norm, original[norm] * 3),
+        ("model.layers.0.mlp.experts.0.w1.weight", original[norm]),
+    ]
+    assert vllm_engine.llm.collective_rpc(direct_reload, kwargs={"weights": unknown}) == [False]
+    wrong_shape = [(norm, original[norm][:-1] * 3)]
+    assert vllm_engine.llm.collective_rpc(direct_reload, kwargs={"weights": wrong_shape}) == [False]
+    _assert_same(vllm_engine.generate(chat_prompts, GREEDY), before, atol=0)
+
+
+def _no_call(*_args, **_kwargs):
+    raise AssertionError("vLLM's layerwise reload was entered")
 
 
 def test_partial_fused_layer_is_held_back(vllm_engine, hf_engine, tiny_model_dir, chat_prompts):

@@ -156,10 +156,28 @@ class _OldLLM(_RecordingLLM):
     ],
 )
 def test_update_weights_call(platform, method, key):
+    from mindrl.rollout.direct_reload import direct_reload
+
     llm = _RecordingLLM()
     named = iter([("a.weight", 1), ("a.bias", 2)])  # a one-shot iterator: sent as a list
     platform.update_weights(llm, named)
-    assert llm.calls == [(method, {key: [("a.weight", 1), ("a.bias", 2)]})]
+    sent = [("a.weight", 1), ("a.bias", 2)]
+    # CPU tries the direct path first; the worker declining it (not True), vLLM's reload
+    tried = [(direct_reload, {"weights": sent})] if platform.name == "cpu" else []
+    assert llm.calls == [*tried, (method, {key: sent})]
+
+
+def test_cpu_update_weights_stops_at_the_direct_path_when_the_worker_takes_it():
+    from mindrl.rollout.direct_reload import direct_reload
+
+    class _Taking(_RecordingLLM):
+        def collective_rpc(self, method, kwargs=None):
+            super().collective_rpc(method, kwargs)
+            return [True]
+
+    llm = _Taking()
+    CPUPlatform().update_weights(llm, iter([("a.weight", 1)]), ["a"])
+    assert llm.calls == [(direct_reload, {"weights": [("a.weight", 1)]})]
 
 
 def test_cpu_update_weights_names_the_layers_to_reload():
@@ -167,7 +185,9 @@ def test_cpu_update_weights_names_the_layers_to_reload():
 
     llm = _RecordingLLM()
     named = [("m.layers.0.mlp.down_proj.weight", 1)]
-    CPUPlatform().update_weights(llm, iter(named), ["m.layers.0.mlp.down_proj"])
+    platform = CPUPlatform()
+    platform.direct_reload = False
+    platform.update_weights(llm, iter(named), ["m.layers.0.mlp.down_proj"])
     if has_layerwise_reload():  # vLLM 0.32 installed: the scoped reload
         assert llm.calls == [
             (reload_layers, {"weights": named, "layers": ["m.layers.0.mlp.down_proj"]})

