@@ -19,6 +19,7 @@ def test_the_lean_run_packs_shares_prompts_and_keeps_the_reference_in_the_actor(
     assert update.remove_padding and update.share_prompts and update.max_tokens == 8192
     assert run.reference_snapshot and run.ref is not None  # the actor's weights, no process
     assert run.rl.algorithm.recompute_old_log_prob == "in_update"
+    assert not run.generate.enforce_eager  # vLLM's compiled mode: start-up paid once
     shipped, _ = load_run_config(tiny_step.CONFIG, [], check_paths=False)
     assert not pass_packing(shipped.rl.micro_batching, "update").remove_padding
     assert not shipped.reference_snapshot

@@ -8,7 +8,8 @@ fresh process tree, same seed and data:
   shipped  the config as it ships (padded micro-batches, the reference in its own process)
   lean     packed micro-batches by token budget, each prompt once per micro-batch for its
            samples, the old policy's log-probs made by the update (its first mini-batch
-           takes its own), the reference as a weight snapshot in the actor's process (`LEAN`)
+           takes its own), the reference as a weight snapshot in the actor's process, vLLM's
+           compiled mode (~8 s more start-up, ~0.01 s less per rollout) (`LEAN`)
 
 The tiny model's arithmetic is a few GFLOP a step, so its step time is fixed cost: engine
 steps, per-operator work, Ray calls, the driver. Per run: the median over steps
@@ -44,6 +45,7 @@ LEAN = [
     "rl_config.use_integrated_worker=true",
     "+rl_config.reference_in_actor=true",
     "~ref_config",
+    "generate_config.enforce_eager=false",
 ]
 PHASES = ("rollout", "reward", "log_probs", "update", "sync")
 
