@@ -127,7 +127,11 @@ def _supported(update: _LayerUpdate) -> bool:
         value_rows = sum(int(t.shape[0]) for t in parts.values())
         value_shape = (value_rows, *next(iter(parts.values())).shape[1:])
         if kind == "linear" and param == "weight":
-            if len(value_shape) != 2:
+            expected = (
+                getattr(update.module, "output_size_per_partition", None),
+                getattr(update.module, "input_size_per_partition", None),
+            )
+            if value_shape != expected:
                 return False
         elif kind == "embedding":
             if param != "weight" or value_shape[1:] != tuple(current.shape[1:]):

@@ -291,8 +291,11 @@ def test_direct_reload_declines_what_it_does_not_know_and_changes_nothing(
         ("model.layers.0.mlp.experts.0.w1.weight", original[norm]),
     ]
     assert vllm_engine.llm.collective_rpc(direct_reload, kwargs={"weights": unknown}) == [False]
-    wrong_shape = [(norm, original[norm][:-1] * 3)]
-    assert vllm_engine.llm.collective_rpc(direct_reload, kwargs={"weights": wrong_shape}) == [False]
+    down = "model.layers.0.mlp.down_proj.weight"
+    for wrong_shape in ([(norm, original[norm][:-1] * 3)], [(down, original[down][:-1])]):
+        assert vllm_engine.llm.collective_rpc(direct_reload, kwargs={"weights": wrong_shape}) == [
+            False
+        ]
     _assert_same(vllm_engine.generate(chat_prompts, GREEDY), before, atol=0)
 
 
