@@ -33,9 +33,22 @@ def chunk_tokens(vocab: int) -> int:
     return max(1, CHUNK_BYTES // (4 * vocab))
 
 
-def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, temperature: float) -> torch.Tensor:
-    x = (hidden @ weight.t()).float()
-    return x / temperature if temperature != 1.0 else x
+def _chunk_logits(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    temperature: float,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """fp32 logits of a chunk of tokens (into `out` where given)."""
+    import torch
+
+    if out is None:
+        x = (hidden @ weight.t()).float()
+    elif hidden.dtype == out.dtype:
+        x = torch.mm(hidden, weight.t(), out=out)
+    else:
+        x = out.copy_(hidden @ weight.t())
+    return x.div_(temperature) if temperature != 1.0 else x
 
 
 def head_log_probs(
@@ -87,16 +100,20 @@ def _make_function() -> Any:
                 and not entropy_grad
                 and 4 * n * vocab <= KEPT_PROBS_BYTES
             )
-            ctx.probs = [] if keep else None
+            # kept: one [tokens, vocab] fp32 buffer, each chunk's logits written in place, so
+            # the backward runs its weight gradient as one GEMM over all the tokens
+            kept = hidden.new_empty((n, vocab), dtype=torch.float32) if keep else None
             with torch.no_grad():
                 for i in range(0, n, step):
-                    x = _chunk_logits(hidden[i : i + step], w, temperature)
+                    out = kept[i : i + step] if kept is not None else None
+                    x = _chunk_logits(hidden[i : i + step], w, temperature, out)
                     picked[i : i + step] = x.gather(-1, labels[i : i + step, None])[:, 0]
                     lse[i : i + step], chunk_ent, probs = _lse_and_entropy(x, entropy, keep)
                     if entropy:
                         ent[i : i + step] = chunk_ent
-                    if keep:
-                        ctx.probs.append(probs)
+                    if out is not None and probs is not out:
+                        out.copy_(probs)
+            ctx.probs = kept
             picked -= lse
             ctx.save_for_backward(hidden, weight, labels, lse, ent)
             ctx.settings = (vocab, temperature, entropy_grad)
@@ -111,53 +128,95 @@ def _make_function() -> Any:
             w = weight[:vocab]
             want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
             grad_h = torch.zeros_like(hidden) if want_h else None
-            into_main = want_w and _accumulates_into_main_grad(weight, hidden.dtype)
-            grad_w = None
-            if into_main:
-                grad_w = weight.main_grad
-            elif want_w:
-                grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+            wgrad = _WeightGrad(weight, vocab, hidden.dtype) if want_w else None
             if grad_picked is None:
                 grad_picked = torch.zeros_like(lse)
             step = chunk_tokens(vocab)
-            with_entropy = entropy_grad and grad_ent is not None
             kept, ctx.probs = ctx.probs, None
-            for k, i in enumerate(range(0, hidden.shape[0], step)):
-                h = hidden[i : i + step]
+            if kept is not None:  # the forward's probabilities: no logits recomputed
+                chunks = [(0, hidden.shape[0], kept)]
+            else:
+                chunks = [(i, i + step, None) for i in range(0, hidden.shape[0], step)]
+            with_entropy = entropy_grad and grad_ent is not None
+            for i, j, probs in chunks:
+                h = hidden[i:j]
                 # d log p(label) / dx = onehot - p, scaled by the upstream gradient; the chunk's
                 # [tokens, vocab] passes run in place unless the entropy term needs x and p again
-                upstream = -grad_picked[i : i + step, None]
-                if kept is not None:  # the forward's probabilities: no logits recomputed
-                    g = kept[k].mul_(upstream)
-                    kept[k] = None
+                upstream = -grad_picked[i:j, None]
+                if probs is not None:
+                    g = probs.mul_(upstream)
                 elif with_entropy:
                     x = _chunk_logits(h, w, temperature)
-                    p = (x - lse[i : i + step, None]).exp_()
+                    p = (x - lse[i:j, None]).exp_()
                     g = p * upstream
                 else:
                     x = _chunk_logits(h, w, temperature)
-                    g = x.sub_(lse[i : i + step, None]).exp_().mul_(upstream)
-                g.scatter_add_(-1, labels[i : i + step, None], grad_picked[i : i + step, None])
+                    g = x.sub_(lse[i:j, None]).exp_().mul_(upstream)
+                g.scatter_add_(-1, labels[i:j, None], grad_picked[i:j, None])
                 if with_entropy:
                     # d H / dx = -p (x - E[x]), E[x] = lse - H
-                    mean = (lse[i : i + step] - ent[i : i + step])[:, None]
-                    g -= grad_ent[i : i + step, None] * p * (x - mean)
+                    mean = (lse[i:j] - ent[i:j])[:, None]
+                    g -= grad_ent[i:j, None] * p * (x - mean)
                 if temperature != 1.0:
                     g /= temperature
                 g = g.to(hidden.dtype)
-                if grad_h is not None:
-                    grad_h[i : i + step] = g @ w
-                if grad_w is not None and g.dtype == grad_w.dtype:
-                    grad_w[:vocab].addmm_(g.t(), h)  # accumulated inside the GEMM
-                elif grad_w is not None:
-                    grad_w[:vocab] += (g.t() @ h).float()
-            if into_main:
-                grad_w = _main_grad_placeholder(weight)
-            elif grad_w is not None:
-                grad_w = grad_w.to(weight.dtype)
-            return grad_h, grad_w, None, None, None, None, None
+                if grad_h is not None:  # row chunks: faster than one GEMM over all tokens
+                    for k in range(i, j, step):
+                        grad_h[k : k + step] = g[k - i : k - i + step] @ w
+                if wgrad is not None:
+                    wgrad.add(g, h)
+                del g
+            return grad_h, wgrad.result() if wgrad else None, None, None, None, None, None
 
     return HeadLogProbs
+
+
+class _WeightGrad:
+    """The output layer's weight gradient, summed over chunks of tokens. Into megatron's
+    `main_grad` where DDP wraps the weight (gradient-accumulation fusion: no [vocabulary,
+    hidden] gradient per micro-batch, no sum with a tied embedding's, no add by DDP's hook):
+    inside the GEMM at fp32, one bf16 GEMM added into the fp32 buffer at bf16. Else a fresh
+    gradient, summed in fp32, returned in the weight's dtype."""
+
+    def __init__(self, weight: torch.Tensor, vocab: int, compute_dtype: torch.dtype) -> None:
+        self.weight, self.vocab = weight, vocab
+        self.into_main = _accumulates_into_main_grad(weight)
+        self.fused = self.into_main and weight.main_grad.dtype == compute_dtype
+        self.grad: torch.Tensor | None = None
+
+    def add(self, g: torch.Tensor, h: torch.Tensor) -> None:
+        import torch
+
+        rows = slice(0, self.vocab)
+        if self.into_main:
+            main = self.weight.main_grad
+            if self.fused:
+                main[rows].addmm_(g.t(), h)  # accumulated inside the GEMM
+            else:
+                add_mixed_(main[rows], g.t() @ h)
+            return
+        if self.grad is None:
+            self.grad = torch.zeros(self.weight.shape, dtype=torch.float32, device=h.device)
+        if g.dtype == torch.float32:
+            self.grad[rows].addmm_(g.t(), h)
+        else:
+            self.grad[rows] += g.t() @ h
+
+    def result(self) -> torch.Tensor | None:
+        if self.into_main:
+            return _main_grad_placeholder(self.weight)
+        return None if self.grad is None else self.grad.to(self.weight.dtype)
+
+
+MIXED_ADD_ROWS = 4096  # rows of a [vocabulary, hidden] gradient converted at a time
+
+
+def add_mixed_(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """`dst += src` for a bf16 `src` into an fp32 `dst`, a block of rows at a time: torch
+    converts the whole of `src` to a fresh fp32 temporary first (113 MB for SmolLM2's head,
+    ~70 ms of page faults on CPU); in blocks the temporary is small and reused."""
+    for i in range(0, dst.shape[0], MIXED_ADD_ROWS):
+        dst[i : i + MIXED_ADD_ROWS].add_(src[i : i + MIXED_ADD_ROWS])
 
 
 def _lse_and_entropy(
@@ -180,19 +239,16 @@ def _lse_and_entropy(
     return top[:, 0] + total.log(), ent, probs
 
 
-def _accumulates_into_main_grad(weight: torch.Tensor, compute_dtype: torch.dtype) -> bool:
+def _accumulates_into_main_grad(weight: torch.Tensor) -> bool:
     """megatron's gradient-accumulation fusion for the output layer: a weight megatron's DDP
-    wraps (it has `main_grad` and the `grad_added_to_main_grad` flag) whose fp32 main
-    gradient the weight-gradient GEMM can add into directly (fp32 compute). Saves a
-    [vocabulary, hidden] gradient per micro-batch, its sum with a tied embedding's and the
-    add into `main_grad` (each a fresh allocation of ~113 MB for SmolLM2)."""
-    import torch
-
+    wraps (it has `main_grad` and the `grad_added_to_main_grad` flag), whose gradient buffer
+    the weight-gradient GEMM can add into directly. Saves a [vocabulary, hidden] gradient per
+    micro-batch, its sum with a tied embedding's and the add into `main_grad` (each a fresh
+    allocation of ~113 MB for SmolLM2 in fp32; under bf16 also its conversions)."""
     main = getattr(weight, "main_grad", None)
     return (
         main is not None
         and hasattr(weight, "grad_added_to_main_grad")
-        and main.dtype == torch.float32 == compute_dtype
         and main.shape == weight.shape
     )
 

@@ -3,7 +3,8 @@
 and every parameter's gradient of one weighted loss, by the plain path (logits, then the
 log-softmax) and the chunked head (`head_log_probs`).
 
-Arguments: {"arch": ModelArchConfig kwargs, "entropy_grad": bool, "chunk_bytes": int}.
+Arguments: {"arch": ModelArchConfig kwargs, "entropy_grad": bool, "chunk_bytes": int,
+"bf16": bool (the model's weights and compute in bf16; DDP's gradient buffers stay fp32)}.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     chunked.CHUNK_BYTES = args["chunk_bytes"]  # several chunks on this small batch
     init_parallel(1, 1, accelerator="cpu", seed=1)
     arch = ModelArchConfig(**args["arch"])
-    model = build_gpt_model(arch)
+    dtype = torch.bfloat16 if args.get("bf16") else torch.float32
+    model = build_gpt_model(arch).to(dtype)
     model.train()
     gen = torch.Generator().manual_seed(0)
     batch, seq = 3, 24
@@ -53,12 +55,17 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
             "grads": {n: p.grad.detach().clone() for n, p in model.named_parameters()},
         }
     plain, fused = results[False], results[True]
-    grad_gap = max(float((plain["grads"][n] - g).abs().max()) for n, g in fused["grads"].items())
+    grad_gap = max(
+        float((plain["grads"][n].float() - g.float()).abs().max())
+        for n, g in fused["grads"].items()
+    )
     ddp_gaps = {}
     for overlap in (False, True):  # megatron's DDP: the head adds into main_grad itself
-        ddp_grads = _ddp_hidden_only_grads(model, arch, overlap, inputs, loss_weights, entropy_grad)
+        ddp_grads = _ddp_hidden_only_grads(
+            model, arch, overlap, inputs, loss_weights, entropy_grad, dtype
+        )
         ddp_gaps[overlap] = max(
-            float((plain["grads"][n] - ddp_grads[n]).abs().max()) for n in plain["grads"]
+            float((plain["grads"][n].float() - ddp_grads[n]).abs().max()) for n in plain["grads"]
         )
     return {
         "ddp_grad_gap": max(ddp_gaps.values()),
@@ -66,8 +73,9 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         "fused_used_head": fused["used_head"],
         "log_prob_gap": float((plain["picked"] - fused["picked"]).abs().max()),
         "entropy_gap": float((plain["entropy"] - fused["entropy"]).abs().max()),
+        "log_prob_scale": float(plain["picked"].abs().max()),
         "grad_gap": grad_gap,
-        "grad_scale": max(float(g.abs().max()) for g in plain["grads"].values()),
+        "grad_scale": max(float(g.float().abs().max()) for g in plain["grads"].values()),
         "finite": all(bool(torch.isfinite(g).all()) for g in fused["grads"].values()),
     }
 
@@ -116,7 +124,7 @@ def _loss_backward(model, arch, hidden_only, inputs, loss_weights, entropy_grad)
     return head.weight is not None, picked, entropy
 
 
-def _ddp_hidden_only_grads(model, arch, overlap, inputs, loss_weights, entropy_grad):  # type: ignore[no-untyped-def]
+def _ddp_hidden_only_grads(model, arch, overlap, inputs, loss_weights, entropy_grad, dtype):  # type: ignore[no-untyped-def]
     """The chunked-head loss through a copy of `model` in megatron's DDP (fp32 gradient
     buffers, `overlap` gradient reduction): each parameter's `main_grad` after the
     reduction."""
@@ -124,7 +132,7 @@ def _ddp_hidden_only_grads(model, arch, overlap, inputs, loss_weights, entropy_g
 
     from mindrl.models.gpt import build_gpt_model
 
-    copy = build_gpt_model(arch)
+    copy = build_gpt_model(arch).to(dtype)
     copy.load_state_dict(model.state_dict())
     config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=overlap)
     ddp = DistributedDataParallel(copy.config, config, copy)

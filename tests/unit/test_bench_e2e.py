@@ -126,3 +126,24 @@ def test_trl_run_gets_the_mindrl_overrides(tmp_path, monkeypatch):
     e2e.run_trl("trl_fp32", "grpo_smollm2_cpu", 3, "fp32", tmp_path, overrides)
     cmd = seen[0]
     assert cmd[cmd.index("--") + 1 :] == list(overrides)
+
+
+def test_fastest_ratio_pairs_each_stacks_fastest_run_whatever_its_precision():
+    def run(tok_per_s: float) -> dict:
+        return {"summary": {"tok_per_s": tok_per_s}}
+
+    results = {
+        "mindrl_fp32": run(100.0),
+        "mindrl_bf16": run(240.0),
+        "trl_fp32": run(40.0),
+        "trl_bf16": run(80.0),
+        "trl_bf16_mixed": run(60.0),
+    }
+    assert e2e.fastest_pair(results) == ("mindrl_bf16", "trl_bf16")
+    assert e2e.fastest_ratio(results) == pytest.approx(3.0)
+    # fp32 the faster for TRL (a CPU without bf16 hardware): mindrl's bf16 against it
+    slow_bf16 = {**results, "trl_bf16": run(20.0), "trl_bf16_mixed": run(10.0)}
+    assert e2e.fastest_pair(slow_bf16) == ("mindrl_bf16", "trl_fp32")
+    assert e2e.fastest_ratio(slow_bf16) == pytest.approx(6.0)
+    assert e2e.fastest_ratio({"mindrl_fp32": run(1.0)}) is None
+    assert e2e.fastest_pair({"trl_fp32": run(1.0)}) is None
