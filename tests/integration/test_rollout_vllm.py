@@ -173,6 +173,27 @@ def test_engine_seed_reproducible_across_instances(fresh_process, tiny_model_dir
     assert out["a"][0] != out["c"][0]  # another engine seed -> other samples
 
 
+def test_weight_sync_reaches_a_compiled_engine(fresh_process, tiny_model_dir, chat_prompts):
+    """vLLM's compiled mode (the SmolLM2 CPU config's): after a sync the engine samples the
+    new model, as an HF model holding the new weights does."""
+    from mindrl.assets.models import tiny_model_dir as build
+
+    other_dir = build(seed=1)
+    script = Path(__file__).with_name("_rollout_vllm_compiled.py")
+    args = {"model_dir": str(tiny_model_dir), "new_dir": str(other_dir), "prompts": chat_prompts}
+    out = fresh_process(script, args, timeout_s=600)
+    ref = HFRolloutEngine(other_dir, dtype="float32")
+    try:
+        expected = ref.generate(chat_prompts, RolloutSampling(temperature=0, max_tokens=16))
+    finally:
+        ref.close()
+    assert [r["tokens"] for r in out["before"]] != [r.token_ids for r in expected]
+    for got, want in zip(out["after"], expected):
+        assert got["tokens"] == list(want.token_ids)
+        gap = (torch.tensor(got["logprobs"]) - torch.tensor(want.logprobs)).abs().max()
+        assert float(gap) <= LOGPROB_ATOL
+
+
 def _head_shares_embedding_kernel(model) -> bool:
     return model.lm_head.cpu_linear is model.model.embed_tokens.cpu_linear
 
