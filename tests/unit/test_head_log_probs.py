@@ -120,3 +120,13 @@ def test_hidden_only_gpt_model_gives_the_plain_gradients(fresh_process, arch, en
     # in megatron's DDP the head adds its weight gradient into main_grad itself (with and
     # without overlapped reduction; tied: the embedding's gradient still arrives)
     assert res["ddp_grad_gap"] <= tol * max(1.0, res["grad_scale"])
+
+
+def test_bf16_added_into_fp32_a_block_of_rows_at_a_time(monkeypatch):
+    monkeypatch.setattr(chunked, "MIXED_ADD_ROWS", 3)  # 10 rows: blocks of 3, 3, 3, 1
+    gen = torch.Generator().manual_seed(1)
+    dst = torch.randn(10, 4, generator=gen)
+    src = torch.randn(10, 4, generator=gen).bfloat16()
+    expected = dst + src.float()
+    chunked.add_mixed_(dst, src)
+    assert torch.equal(dst, expected)
