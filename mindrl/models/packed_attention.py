@@ -19,6 +19,7 @@ from typing import Any
 
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 
+from mindrl.models.sdpa import scaled_dot_product_attention
 from mindrl.models.shared_prefix import SharedPrefixParams
 
 
@@ -97,14 +98,13 @@ class SegmentedDotProductAttention(DotProductAttention):
         an update's activations at a few hundred tokens. A query whose keys are all masked (a
         left-padding position) attends to itself only, so no row is empty (an empty row
         gives NaN, which a zero weight would not stop); real tokens never see those rows."""
-        import torch
 
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, heads, s, dim]
         if k.shape[1] != q.shape[1]:  # grouped-query attention
             k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
             v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
         seq = q.shape[2]
-        out = torch.nn.functional.scaled_dot_product_attention(
+        out = scaled_dot_product_attention(
             q, k, v, attn_mask=_additive_mask(attention_mask, q.dtype), scale=self.softmax_scale
         )
         return out.permute(2, 0, 1, 3).reshape(seq, q.shape[0], -1)
@@ -165,7 +165,7 @@ def segmented_causal_attention(
     allowed = (steps[None, :] <= steps[:, None])[None] & (steps[None, :] < lengths[:, None])[
         :, None, :
     ]  # [n, query, key]: causal, within the segment
-    out = torch.nn.functional.scaled_dot_product_attention(
+    out = scaled_dot_product_attention(
         q, k, v, attn_mask=allowed[:, None], dropout_p=dropout, scale=scale
     )
     return out.transpose(1, 2)[segment, position].reshape(query.shape[0], -1)

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mindrl.models.sdpa import scaled_dot_product_attention
+
 if TYPE_CHECKING:
     import torch
 
@@ -31,14 +33,13 @@ class _RowGroup:
 
     def attend(self, q: Any, k: Any, v: Any, scale: float, dropout: float) -> Any:
         """[rows * q_len, heads, dim] outputs, query-padding slots included."""
-        import torch
 
         rq = q[self.queries].transpose(1, 2)  # [rows, heads, q_len, dim]
         rk, rv = (t[self.keys] for t in (k, v))
         if rk.shape[2] != rq.shape[1]:  # grouped-query attention
             rk = rk.repeat_interleave(rq.shape[1] // rk.shape[2], dim=2)
             rv = rv.repeat_interleave(rq.shape[1] // rv.shape[2], dim=2)
-        out = torch.nn.functional.scaled_dot_product_attention(
+        out = scaled_dot_product_attention(
             rq,
             rk.transpose(1, 2),
             rv.transpose(1, 2),
