@@ -26,6 +26,7 @@ from mindrl.accelerator.megatron_shims import gloo_pipeline_overrides, tensor_cu
 from mindrl.config.model_arch import ModelArchConfig
 from mindrl.models.dtypes import dtype_short_name, torch_dtype
 from mindrl.models.moe import moe_transformer_kwargs, validate_expert_layout
+from mindrl.models.row_grad_embedding import use_row_grad_embedding
 
 if TYPE_CHECKING:
     import torch
@@ -270,6 +271,8 @@ def build_gpt_model(
         model = GPTModel(**kwargs)
     if arch.rope_scaling_type is not None:
         _apply_llama3_rope_scaling(model, arch)
+    if acc.is_cpu and not meta_device:
+        use_row_grad_embedding(model)
     dtype = torch_dtype(params_dtype)
     if dtype != torch.float32:
         # The local spec's torch norms ignore params_dtype; megatron's Float16Module casts the

@@ -59,16 +59,21 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         float((plain["grads"][n].float() - g.float()).abs().max())
         for n, g in fused["grads"].items()
     )
-    ddp_gaps = {}
-    for overlap in (False, True):  # megatron's DDP: the head adds into main_grad itself
-        ddp_grads = _ddp_hidden_only_grads(
-            model, arch, overlap, inputs, loss_weights, entropy_grad, dtype
+    ddp_gaps, embedding_layouts = {}, set()
+    # megatron's DDP: the chunked head adds into main_grad itself (with and without overlapped
+    # reduction); megatron's own output layer makes a dense gradient; the word embedding's
+    # gradient arrives as its looked-up rows (sparse) in both
+    for hidden_only, overlap in ((True, False), (True, True), (False, False)):
+        ddp_grads, layouts = _ddp_grads(
+            model, arch, hidden_only, overlap, inputs, loss_weights, entropy_grad, dtype
         )
-        ddp_gaps[overlap] = max(
+        embedding_layouts |= layouts
+        ddp_gaps[hidden_only, overlap] = max(
             float((plain["grads"][n].float() - ddp_grads[n]).abs().max()) for n in plain["grads"]
         )
     return {
         "ddp_grad_gap": max(ddp_gaps.values()),
+        "ddp_embedding_grad_layouts": sorted(embedding_layouts),
         "plain_used_head": plain["used_head"],
         "fused_used_head": fused["used_head"],
         "log_prob_gap": float((plain["picked"] - fused["picked"]).abs().max()),
@@ -124,10 +129,11 @@ def _loss_backward(model, arch, hidden_only, inputs, loss_weights, entropy_grad)
     return head.weight is not None, picked, entropy
 
 
-def _ddp_hidden_only_grads(model, arch, overlap, inputs, loss_weights, entropy_grad, dtype):  # type: ignore[no-untyped-def]
-    """The chunked-head loss through a copy of `model` in megatron's DDP (fp32 gradient
-    buffers, `overlap` gradient reduction): each parameter's `main_grad` after the
-    reduction."""
+def _ddp_grads(model, arch, hidden_only, overlap, inputs, loss_weights, entropy_grad, dtype):  # type: ignore[no-untyped-def]
+    """The loss (by the chunked head with `hidden_only`) through a copy of `model` in
+    megatron's DDP (fp32 gradient buffers, `overlap` gradient reduction): each parameter's
+    `main_grad` after the reduction, and the layouts of the gradients that reached the word
+    embedding's weight from its lookup."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 
     from mindrl.models.gpt import build_gpt_model
@@ -138,10 +144,15 @@ def _ddp_hidden_only_grads(model, arch, overlap, inputs, loss_weights, entropy_g
     ddp = DistributedDataParallel(copy.config, config, copy)
     ddp.train()
     ddp.zero_grad_buffer()
-    used_head, _, _ = _loss_backward(ddp, arch, True, inputs, loss_weights, entropy_grad)
-    assert used_head
+    layouts: set[str] = set()
+    lookup = copy.embedding.word_embeddings.weight
+    handle = lookup.register_hook(lambda g: layouts.add(str(g.layout)))
+    used_head, _, _ = _loss_backward(ddp, arch, hidden_only, inputs, loss_weights, entropy_grad)
+    handle.remove()
+    assert used_head == hidden_only
     ddp.finish_grad_sync()
-    return {n: p.main_grad.detach().clone() for n, p in copy.named_parameters()}
+    grads = {n: p.main_grad.detach().clone() for n, p in copy.named_parameters()}
+    return grads, layouts
 
 
 if __name__ == "__main__":

@@ -120,6 +120,9 @@ def test_hidden_only_gpt_model_gives_the_plain_gradients(fresh_process, arch, en
     # in megatron's DDP the head adds its weight gradient into main_grad itself (with and
     # without overlapped reduction; tied: the embedding's gradient still arrives)
     assert res["ddp_grad_gap"] <= tol * max(1.0, res["grad_scale"])
+    # ... and the word embedding's gradient reached DDP as the looked-up rows only
+    # (`row_grad_embedding`); a tensor hook sees the summed gradient where the head is tied
+    assert "torch.sparse_coo" in res["ddp_embedding_grad_layouts"]
 
 
 def test_bf16_added_into_fp32_a_block_of_rows_at_a_time(monkeypatch):
