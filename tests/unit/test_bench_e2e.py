@@ -33,7 +33,12 @@ def test_tree_memory_counts_children_and_failures_name_the_log(tmp_path):
         'time.sleep(2)"], check=True)'
     )
     peak = e2e.run_tree([sys.executable, "-c", code], tmp_path / "ok.log", timeout_s=60)
-    assert peak > 0.25
+    assert peak.gib > 0.25
+    # where the peak is: the parent and its child, largest first, adding up to the peak
+    assert len(peak.by_process) == 2
+    shares = list(peak.by_process.values())
+    assert shares[0] > 0.25 and shares == sorted(shares, reverse=True)
+    assert abs(sum(shares) - peak.gib) < 0.01
     with pytest.raises(SystemExit, match="exit code 3"):
         e2e.run_tree(
             [sys.executable, "-c", "print('boom'); raise SystemExit(3)"],
@@ -119,7 +124,7 @@ def test_trl_run_gets_the_mindrl_overrides(tmp_path, monkeypatch):
         out = cmd[cmd.index("--out") + 1]
         with open(out, "w") as f:
             f.write('{"steps": []}')
-        return 1.0
+        return e2e.MemoryPeak(1.0)
 
     monkeypatch.setattr(e2e, "run_tree", fake_tree)
     overrides = ("~ref_config", "actor_config.recompute_granularity=full")

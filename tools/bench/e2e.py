@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,15 @@ PRECISION_OVERRIDES = {
 }
 
 
+@dataclass
+class MemoryPeak:
+    """A process tree's peak summed PSS and, at that moment, each process's share (by its
+    name, e.g. Ray's `ray::ActorWorker.update`, and pid): where the peak is."""
+
+    gib: float = 0.0
+    by_process: dict[str, float] = field(default_factory=dict)
+
+
 class TreeMemory:
     """Peak summed proportional set size (PSS) of a process and all its descendants, polled
     in a thread. PSS splits shared pages (Ray's object store, shared libraries) between the
@@ -65,7 +75,8 @@ class TreeMemory:
     them once per process. Falls back to RSS where PSS is unavailable."""
 
     def __init__(self, pid: int, interval_s: float = 1.0):
-        self.pid, self.interval_s, self.peak = pid, interval_s, 0
+        self.pid, self.interval_s = pid, interval_s
+        self.peak, self.at_peak = 0, {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
@@ -78,22 +89,25 @@ class TreeMemory:
         except psutil.NoSuchProcess:
             return
         while not self._stop.is_set():
-            total = 0
+            sizes: dict[str, int] = {}
             try:
                 for proc in [root, *root.children(recursive=True)]:
                     try:
-                        total += _footprint(proc)
+                        sizes[f"{proc.name()}[{proc.pid}]"] = _footprint(proc)
                     except psutil.Error:
                         pass
             except psutil.Error:
                 return
-            self.peak = max(self.peak, total)
+            total = sum(sizes.values())
+            if total > self.peak:
+                self.peak, self.at_peak = total, sizes
             self._stop.wait(self.interval_s)
 
-    def stop(self) -> float:
+    def stop(self) -> MemoryPeak:
         self._stop.set()
         self._thread.join(timeout=5)
-        return self.peak / 2**30
+        ranked = sorted(self.at_peak.items(), key=lambda item: -item[1])
+        return MemoryPeak(self.peak / 2**30, {k: round(v / 2**30, 3) for k, v in ranked})
 
 
 def _footprint(proc: Any) -> int:
@@ -103,8 +117,8 @@ def _footprint(proc: Any) -> int:
         return int(proc.memory_info().rss)
 
 
-def run_tree(cmd: list[str], log: Path, timeout_s: float) -> float:
-    """Run `cmd` (its own session, output to `log`); return the tree's peak PSS in GiB."""
+def run_tree(cmd: list[str], log: Path, timeout_s: float) -> MemoryPeak:
+    """Run `cmd` (its own session, output to `log`); return the tree's peak PSS."""
     with open(log, "w") as out:
         proc = subprocess.Popen(
             cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -152,7 +166,7 @@ def run_mindrl(
         *extra,
     ]
     start = time.perf_counter()
-    peak = run_tree(cmd, work / f"{name}.log", timeout_s=600 + steps * 300)
+    memory = run_tree(cmd, work / f"{name}.log", timeout_s=600 + steps * 300)
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
     step_rows = []
     for m in rows:
@@ -172,7 +186,8 @@ def run_mindrl(
         "precision": precision,
         "process_wall_s": time.perf_counter() - start,
         "steps": step_rows,
-        "peak_pss_gib": peak,
+        "peak_pss_gib": memory.gib,
+        "peak_by_process_gib": memory.by_process,
         "overrides": list(extra),
         "roofline": run_roofline(config, cmd[4:], out_dir / "metrics.jsonl"),
     }
@@ -206,10 +221,11 @@ def run_trl(
         cmd.append("--" + precision.replace("_", "-"))  # --bf16 / --bf16-mixed
     cmd += ["--", *overrides]  # the mindrl run's workload (recompute included)
     start = time.perf_counter()
-    peak = run_tree(cmd, work / f"{name}.log", timeout_s=600 + steps * 400)
+    memory = run_tree(cmd, work / f"{name}.log", timeout_s=600 + steps * 400)
     result = json.loads(out.read_text())
     result["process_wall_s"] = time.perf_counter() - start
-    result["peak_pss_gib"] = peak  # the tree (TRL's verifier pool included)
+    result["peak_pss_gib"] = memory.gib  # the tree (TRL's verifier pool included)
+    result["peak_by_process_gib"] = memory.by_process
     return result
 
 

@@ -225,7 +225,7 @@ def run_one(
     start = time.perf_counter()
     contention = Contention()
     try:
-        peak = run_tree(cmd, out_dir.parent / f"{name}.log", timeout_s=timeout_s)
+        peak = run_tree(cmd, out_dir.parent / f"{name}.log", timeout_s=timeout_s).gib
     finally:
         machine = contention.stop()
     wall = time.perf_counter() - start
