@@ -18,6 +18,7 @@ rows at or past `vocab_size` (padding) get no probability.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -68,22 +69,13 @@ def head_log_probs(
     if entropy and temperature != 1.0:
         raise ValueError("the entropy is taken at temperature 1")
     vocab = weight.shape[0] if vocab_size is None else min(vocab_size, weight.shape[0])
-    picked, ent = _HeadLogProbs.apply(
+    picked, ent = _make_function().apply(
         hidden, weight, labels, vocab, temperature, entropy, entropy and entropy_grad
     )
     return picked, ent if entropy else None
 
 
-class _HeadLogProbs:  # a torch.autograd.Function, made on first use (torch imported lazily)
-    _fn: Any = None
-
-    @classmethod
-    def apply(cls, *args: Any) -> Any:
-        if cls._fn is None:
-            cls._fn = _make_function()
-        return cls._fn.apply(*args)
-
-
+@functools.cache
 def _make_function() -> Any:
     import torch
 

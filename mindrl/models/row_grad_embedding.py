@@ -17,18 +17,18 @@ masking, no reduce-scatter), on CPU where it was measured.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-_CLASSES: dict[type, type] = {}
 
-
+@functools.cache
 def _row_grad_class(base: type) -> type:
     """`base` (megatron's VocabParallelEmbedding) with a sparse-gradient lookup where it
     applies; megatron's own forward otherwise."""
-    if base in _CLASSES:
-        return _CLASSES[base]
 
     class RowGradEmbedding(base):  # type: ignore[misc, valid-type]
+        row_grads = True
+
         def forward(self, input_: Any) -> Any:
             import torch
 
@@ -45,7 +45,6 @@ def _row_grad_class(base: type) -> type:
             return super().forward(input_)
 
     RowGradEmbedding.__name__ = RowGradEmbedding.__qualname__ = f"RowGrad{base.__name__}"
-    _CLASSES[base] = RowGradEmbedding
     return RowGradEmbedding
 
 
@@ -55,6 +54,6 @@ def use_row_grad_embedding(model: Any) -> bool:
     embedding = getattr(getattr(model, "embedding", None), "word_embeddings", None)
     if embedding is None:
         return False
-    if type(embedding) not in _CLASSES.values():
+    if not getattr(embedding, "row_grads", False):
         embedding.__class__ = _row_grad_class(type(embedding))
     return True

@@ -14,6 +14,7 @@ Every other call (fp32, CUDA, NPU, no gradient, dropout) is torch's as is.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 
@@ -44,6 +45,7 @@ def _additive(mask: Any, dtype: Any) -> Any:
     return mask.to(dtype)
 
 
+@functools.cache
 def _make_function() -> Any:
     import torch
 
@@ -79,9 +81,6 @@ def _make_function() -> Any:
     return _Bf16AttentionFp32Backward
 
 
-_FUNCTION: list[Any] = []
-
-
 def scaled_dot_product_attention(
     query: Any,
     key: Any,
@@ -99,6 +98,4 @@ def scaled_dot_product_attention(
         return torch.nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
         )
-    if not _FUNCTION:
-        _FUNCTION.append(_make_function())
-    return _FUNCTION[0].apply(query, key, value, _additive(attn_mask, query.dtype), scale)
+    return _make_function().apply(query, key, value, _additive(attn_mask, query.dtype), scale)
