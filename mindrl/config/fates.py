@@ -9,7 +9,9 @@ run, so each field declares (in `spec(fate=...)`) what becomes of it:
   another field that is read;
 * `handed(MINDSPEED, ...)`: mindrl does not implement it but passes the value to what does on
   that backend (MindSpeed's megatron adaptor, the HCCL environment, vllm-ascend); on any other
-  backend a value other than the default is warned once as having no effect there;
+  backend a value other than the default is warned once as having no effect there, or, with
+  `elsewhere`, mindrl honours it there itself (MindSpeed's fused kernels: mindrl's compiled
+  ones on CPU / GPU);
 * `no_effect(reason)`: accepted, and a value other than the default is warned once (logging
   cadence, dispatch sizes, TransferDock tuning, memory/speed switches of a path mindrl does
   not take). The result of the run does not depend on it;
@@ -73,12 +75,18 @@ class Handed(Fate):
     to: tuple[Target, ...] = ()
     name: str | None = None
     cpu_refusal: str = ""  # set: a value other than the default is refused on CPU, with this
+    elsewhere: str = ""  # set: mindrl honours it (so) on the backends without a target
 
     def on(self, backend: str) -> tuple[Target, ...]:
         return tuple(t for t in self.to if t.backend == backend)
 
+    def honoured_on(self, backend: str) -> bool:
+        """True where the value acts: handed to a target there, or honoured by mindrl."""
+        return bool(self.on(backend)) or bool(self.elsewhere)
+
     def describe(self) -> str:
-        return "; ".join(f"handed to {t.where} on {t.backend}" for t in self.to)
+        handed_to = "; ".join(f"handed to {t.where} on {t.backend}" for t in self.to)
+        return f"{handed_to}; elsewhere {self.elsewhere}" if self.elsewhere else handed_to
 
 
 @dataclass(frozen=True)
@@ -108,8 +116,10 @@ def honoured(via: str = "") -> Honoured:
     return Honoured(via) if via else HONOURED
 
 
-def handed(*to: Target, name: str | None = None, cpu_refusal: str = "") -> Handed:
-    return Handed(tuple(to), name, cpu_refusal)
+def handed(
+    *to: Target, name: str | None = None, cpu_refusal: str = "", elsewhere: str = ""
+) -> Handed:
+    return Handed(tuple(to), name, cpu_refusal, elsewhere)
 
 
 def no_effect(reason: str) -> NoEffect:
@@ -269,8 +279,8 @@ def handoffs(config: Any, backend: str) -> Handoffs:
     A handed key is passed on its targets' backend whatever its value (as MindSpeed-RL passes
     every megatron argument); on a backend without a target, a value other than the default
     is warned once ("no effect on cpu"), or, for a key whose fate carries a `cpu_refusal`
-    (MindSpeed's memory switches and fused kernels: nothing on CPU does what they promise),
-    refused on CPU with that reason.
+    (MindSpeed's memory switches: nothing on CPU does what they promise), refused on CPU with
+    that reason; a key mindrl honours `elsewhere` is neither (mindrl's code reads it).
     """
     from mindrl.config.errors import ConfigError
 
@@ -285,9 +295,11 @@ def handoffs(config: Any, backend: str) -> Handoffs:
         targets = fate.on(backend)
         for t in targets:
             values.setdefault(t.name, {}).setdefault(fate.name or f.name, value)
-        if not targets and not is_default(f, value) and backend == "cpu" and fate.cpu_refusal:
+        if targets or fate.elsewhere or is_default(f, value):
+            continue
+        if backend == "cpu" and fate.cpu_refusal:
             refusals.append(f"{path}: {shown(value)} is refused on cpu: {fate.cpu_refusal}")
-        elif not targets and not is_default(f, value):
+        else:
             warn_once(
                 f"{owner.__name__}.{f.name}",
                 f"{path}: {shown(value)} has no effect on {backend}: {fate.describe()}",

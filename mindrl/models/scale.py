@@ -1,5 +1,6 @@
 """megatron-core's scale features as a role's config asks for them: sequence parallel,
-activation recompute, the virtual pipeline, and the DDP / distributed-optimizer settings.
+activation recompute, the virtual pipeline, the fused SwiGLU, and the DDP /
+distributed-optimizer settings.
 
 One place turns the YAML keys into megatron's TransformerConfig fields and
 DistributedDataParallelConfig, so the actor, the reference and the tests build the same
@@ -13,6 +14,7 @@ import logging
 from typing import Any
 
 from mindrl.config.role import RoleConfig
+from mindrl.models.host_fusions import mindrl_fuses_here
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,10 @@ def transformer_overrides(cfg: RoleConfig) -> dict[str, Any]:
     vpp = virtual_pipeline_size(cfg)
     if vpp is not None:
         out["virtual_pipeline_model_parallel_size"] = vpp
+    if cfg.kernels.use_fused_swiglu and cfg.model.swiglu and mindrl_fuses_here():
+        # megatron's own fused SwiGLU (compiled by its jit_fuser): one pass each way, keeps
+        # only its input (`models/host_fusions.py`); NPU hands the key to MindSpeed as well
+        out["bias_activation_fusion"] = True
     return out
 
 

@@ -39,7 +39,7 @@ def effective(group: Any, key: str, backend: str) -> Any:
     field = next(f for f in dataclasses.fields(group) if f.name == key)
     fate = fate_of(field)
     value = getattr(group, key)
-    if isinstance(fate, NoEffect) or (isinstance(fate, Handed) and not fate.on(backend)):
+    if isinstance(fate, NoEffect) or (isinstance(fate, Handed) and not fate.honoured_on(backend)):
         return default_of(field)
     return value
 

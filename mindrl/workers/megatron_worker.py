@@ -82,7 +82,8 @@ class MegatronModelWorker(Worker):
 
     def build_chunk(self, vp_stage: int | None, overrides: dict[str, Any]) -> Any:
         """One model chunk at this rank's TP/PP position: the policy's GPT (the critic
-        swaps the output layer for a value head), with LoRA adapters when configured."""
+        swaps the output layer for a value head), with LoRA adapters and the fused RMSNorm
+        (`use_fused_rmsnorm`) when configured."""
         from mindrl.models.gpt import build_gpt_model
 
         lora = self.cfg.lora if self.has_adapters else None
@@ -97,6 +98,11 @@ class MegatronModelWorker(Worker):
             from mindrl.models.lora import init_adapters
 
             init_adapters(model, self.cfg.data.seed)
+        if self.cfg.kernels.use_fused_rmsnorm:
+            from mindrl.models.host_fusions import mindrl_fuses_here, use_fused_rms_norm
+
+            if mindrl_fuses_here():
+                use_fused_rms_norm(model)
         return model
 
     def _visible_device_index(self) -> int | None:

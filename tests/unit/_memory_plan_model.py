@@ -3,7 +3,8 @@ is process-global): build real megatron-core GPT models on CPU and report what t
 plan predicts from the architecture alone.
 
 Arguments: {"archs": [ModelArchConfig keyword dicts], "tp": int, "pp": int, "dtype": str,
-"saved": [batch, seq] or null}. Result: {"tp_rank", "pp_rank", "params": [this rank's
+"saved": [batch, seq] or null, "fused": bool (mindrl's compiled RMSNorm and megatron's fused
+SwiGLU, as `use_fused_rmsnorm` / `use_fused_swiglu` build them on CPU)}. Result: {"tp_rank", "pp_rank", "params": [this rank's
 parameter count per arch], "saved": [bytes the forward pass keeps for backward per arch
 (unique storages, parameters excluded), when asked]}.
 """
@@ -38,13 +39,18 @@ def saved_bytes(model: Any, batch: int, seq: int, vocab: int) -> int:
 def main(args: dict[str, Any]) -> dict[str, Any]:
     from mindrl.config.model_arch import ModelArchConfig
     from mindrl.models.gpt import build_gpt_model
+    from mindrl.models.host_fusions import use_fused_rms_norm
     from mindrl.models.parallel import init_parallel
 
     info = init_parallel(args["tp"], args["pp"], accelerator="cpu", seed=1)
     counts, saved = [], []
     for kwargs in args["archs"]:
         arch = ModelArchConfig(**kwargs)
-        model = build_gpt_model(arch, params_dtype=args["dtype"])
+        fused = bool(args.get("fused"))
+        overrides = {"bias_activation_fusion": True} if fused else None
+        model = build_gpt_model(arch, params_dtype=args["dtype"], config_overrides=overrides)
+        if fused:
+            use_fused_rms_norm(model)
         counts.append(sum(p.numel() for p in model.parameters()))
         if args.get("saved"):
             model.train()

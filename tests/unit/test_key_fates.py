@@ -372,6 +372,28 @@ def test_every_accepted_key_is_honoured_or_has_a_declared_fate():
     )
 
 
+def _honoured_elsewhere(fate: Any) -> bool:
+    """Handed on one backend, honoured by mindrl's own code on the others."""
+    return isinstance(fate, Handed) and bool(fate.elsewhere)
+
+
+def test_a_key_handed_on_npu_and_honoured_elsewhere_is_read():
+    honoured = scan().honoured()
+    unread = [
+        f"{cls.__name__}.{name}"
+        for (cls, name), f in accepted_fields().items()
+        if _honoured_elsewhere(fate_of(f)) and (_key(cls), name) not in honoured
+    ]
+    assert not unread, "handed with `elsewhere` but never read outside mindrl/config: " + str(
+        unread
+    )
+    assert {("KernelConfig", "use_fused_rmsnorm"), ("KernelConfig", "use_fused_swiglu")} <= {
+        (cls.__name__, name)
+        for (cls, name), f in accepted_fields().items()
+        if _honoured_elsewhere(fate_of(f))
+    }
+
+
 def test_declared_fates_are_not_contradicted_by_a_reader():
     """A key mindrl now reads must drop its no_effect / refused / handed fate."""
     honoured = scan().honoured()
@@ -379,6 +401,7 @@ def test_declared_fates_are_not_contradicted_by_a_reader():
         f"{cls.__name__}.{name}: {fate_of(f).kind}, but read outside mindrl/config"
         for (cls, name), f in accepted_fields().items()
         if not isinstance(fate_of(f), Honoured)
+        and not _honoured_elsewhere(fate_of(f))
         and (_key(cls), name) in honoured
         and (cls.__name__, name) not in READ_DESPITE_FATE
     ]
@@ -535,7 +558,7 @@ def test_a_handed_key_is_handed_on_its_backend_and_warned_elsewhere(fate_log):
         [
             "++megatron_training.use_flash_attn=true",
             "++rl_config.hccl_buffersize=512",
-            # MindSpeed's fused kernels are refused on CPU (test_scale_config.py)
+            # MindSpeed's fused kernels (honoured on CPU by mindrl's own: test_host_fusions.py)
             "megatron_training.use_fused_rmsnorm=false",
             "megatron_training.use_fused_swiglu=false",
             "megatron_training.use_fused_rotary_pos_emb=false",

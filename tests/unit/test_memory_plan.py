@@ -128,21 +128,30 @@ def test_parameter_counts_equal_real_megatron_models(fresh_process, tp, pp):
 WIDE = dict(hidden_size=256, ffn_hidden_size=512, num_attention_heads=8, num_query_groups=2)
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_layer_activations_equal_what_autograd_keeps(fresh_process, dtype):
+@pytest.mark.parametrize(("dtype", "fused"), [("fp32", False), ("bf16", False), ("bf16", True)])
+def test_layer_activations_equal_what_autograd_keeps(fresh_process, dtype, fused):
     """One layer's predicted bytes against the storages autograd saves in a real forward
-    (megatron's local spec on CPU: eager norms, unfused attention and SwiGLU), with GQA and
-    without; a layer is the difference between a 2-layer and a 1-layer model."""
+    (megatron's local spec on CPU: eager norms, unfused attention and SwiGLU; `fused`:
+    mindrl's compiled RMSNorm and megatron's fused SwiGLU, as `use_fused_rmsnorm` /
+    `use_fused_swiglu` build on CPU), with GQA and without; a layer is the difference
+    between a 2-layer and a 1-layer model."""
     archs = []
     for gqa in (True, False):
         extra = {} if gqa else {"group_query_attention": False, "num_query_groups": None}
         archs += [_arch_kwargs("tiny", **{**WIDE, **extra}, num_layers=n) for n in (1, 2)]
     batch, seq = 2, 64
     args = {"archs": archs, "tp": 1, "pp": 1, "dtype": dtype, "saved": [batch, seq]}
-    saved = fresh_process(SCRIPT, args, timeout_s=300)["saved"]
+    saved = fresh_process(SCRIPT, {**args, "fused": fused}, timeout_s=600)["saved"]
     tiny = _run("grpo_tiny_cpu")
     for i in (0, 2):
-        shape = _shape(tiny, "cpu", arch=ModelArchConfig(**archs[i]), params_dtype=dtype)
+        shape = _shape(
+            tiny,
+            "cpu",
+            arch=ModelArchConfig(**archs[i]),
+            params_dtype=dtype,
+            fused_norm=fused,
+            fused_swiglu=fused,
+        )
         measured = (saved[i + 1] - saved[i]) / (batch * seq)
         assert layer_bytes(shape, seq).total == pytest.approx(measured, rel=0.03), archs[i]
 

@@ -121,7 +121,7 @@ def test_ddp_config_carries_the_distributed_optimizer_and_overlap():
     assert cfg.bucket_size == 1000000 and cfg.grad_reduce_in_fp32
 
 
-def test_mindspeed_memory_switches_and_kernels_are_refused_on_cpu_and_handed_on_npu():
+def test_mindspeed_memory_switches_are_refused_on_cpu_and_handed_on_npu():
     from mindrl.config.fates import MINDSPEED, handoffs
 
     run = _load("megatron_training.swap_optimizer=true", "megatron_training.use_fused_swiglu=true")
@@ -129,6 +129,7 @@ def test_mindspeed_memory_switches_and_kernels_are_refused_on_cpu_and_handed_on_
         handoffs(run, "cpu")
     text = str(info.value)
     assert "actor_config.swap_optimizer: true is refused on cpu" in text
-    assert "actor_config.use_fused_swiglu: true is refused on cpu" in text
+    # the fused SwiGLU is mindrl's own off NPU (models/host_fusions.py): not refused
+    assert "use_fused_swiglu" not in text
     handed = handoffs(run, "npu").to(MINDSPEED)
     assert handed["swap_optimizer"] is True and handed["use_fused_swiglu"] is True
