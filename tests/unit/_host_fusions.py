@@ -31,14 +31,15 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     fused.load_state_dict(plain.state_dict())
     swapped = use_fused_rms_norm(fused)
 
-    swiglu_calls = []
-    original = fused_bias_swiglu.SwiGLUFunction.forward
+    swiglu_calls = []  # megatron's fused SwiGLU (weighted: MoE experts scale by routing probs)
+    for name in ("SwiGLUFunction", "WeightedSwiGLUFunction"):
+        function = getattr(fused_bias_swiglu, name)
 
-    def counting_forward(*a: Any, **k: Any) -> Any:
-        swiglu_calls.append(1)
-        return original(*a, **k)
+        def counting_forward(*a: Any, _original: Any = function.forward, **k: Any) -> Any:
+            swiglu_calls.append(1)
+            return _original(*a, **k)
 
-    fused_bias_swiglu.SwiGLUFunction.forward = staticmethod(counting_forward)
+        function.forward = staticmethod(counting_forward)
 
     gen = torch.Generator().manual_seed(0)
     batch, seq = 2, 40

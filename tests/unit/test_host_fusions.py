@@ -110,19 +110,28 @@ def test_the_swap_keeps_parameters_keys_and_attributes():
     assert use_fused_rms_norm(model) == 0  # already swapped
 
 
-def _tiny_arch(**changes: object) -> dict:
-    ((_, values),) = OmegaConf.to_container(OmegaConf.load(MODEL_DIR / "tiny.yaml")).items()
+def _tiny_arch(name: str = "tiny", **changes: object) -> dict:
+    ((_, values),) = OmegaConf.to_container(OmegaConf.load(MODEL_DIR / f"{name}.yaml")).items()
     fields = {f.name for f in dataclasses.fields(ModelArchConfig)}
     return {**{k: v for k, v in values.items() if k in fields}, **changes}
 
 
-@pytest.mark.parametrize("bf16", [False, True])
-def test_a_gpt_model_with_fused_norm_and_swiglu_computes_the_unfused_one(fresh_process, bf16):
+@pytest.mark.parametrize(
+    ("model", "bf16"),
+    # tiny_qwen3_moe: per-head q / k norms (Qwen3) and megatron's MoE experts
+    [("tiny", False), ("tiny", True), ("tiny_qwen3_moe", True)],
+)
+def test_a_gpt_model_with_fused_norm_and_swiglu_computes_the_unfused_one(
+    fresh_process, model, bf16
+):
     script = Path(__file__).with_name("_host_fusions.py")
-    res = fresh_process(script, {"arch": _tiny_arch(), "bf16": bf16}, timeout_s=600)
-    layers = _tiny_arch()["num_layers"]
-    assert res["swapped"] == 2 * layers + 1  # two per layer and the final norm
-    assert res["swiglu_calls"] == layers  # megatron's fused SwiGLU ran in every MLP
+    arch = _tiny_arch(model)
+    res = fresh_process(script, {"arch": arch, "bf16": bf16}, timeout_s=600)
+    layers = arch["num_layers"]
+    per_layer = 4 if arch.get("qk_layernorm") else 2  # input, pre-MLP (and q, k) norms
+    assert res["swapped"] == per_layer * layers + 1  # and the final norm
+    # megatron's fused SwiGLU ran in every MLP (in each expert that got tokens)
+    assert res["swiglu_calls"] >= layers
     assert res["finite"]
     tol = 2.0**-6 if bf16 else 1e-5
     assert res["output_gap"] <= tol * max(1.0, res["output_scale"])
