@@ -19,6 +19,7 @@ from typing import Any
 
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 
+from mindrl.models.row_gather import gather_rows
 from mindrl.models.sdpa import scaled_dot_product_attention
 from mindrl.models.shared_prefix import SharedPrefixParams
 
@@ -168,7 +169,9 @@ def segmented_causal_attention(
     out = scaled_dot_product_attention(
         q, k, v, attn_mask=allowed[:, None], dropout_p=dropout, scale=scale
     )
-    return out.transpose(1, 2)[segment, position].reshape(query.shape[0], -1)
+    # each token's row of the [segments * longest] slots (`gather_rows`: a fast backward on CPU)
+    slots = out.transpose(1, 2).reshape(n * longest, out.shape[1], out.shape[3])
+    return gather_rows(slots, segment * longest + position).reshape(query.shape[0], -1)
 
 
 def with_segmented_attention(layer: Any) -> Any:

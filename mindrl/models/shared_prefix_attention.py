@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mindrl.models.row_gather import gather_rows
 from mindrl.models.sdpa import scaled_dot_product_attention
 
 if TYPE_CHECKING:
@@ -34,8 +35,8 @@ class _RowGroup:
     def attend(self, q: Any, k: Any, v: Any, scale: float, dropout: float) -> Any:
         """[rows * q_len, heads, dim] outputs, query-padding slots included."""
 
-        rq = q[self.queries].transpose(1, 2)  # [rows, heads, q_len, dim]
-        rk, rv = (t[self.keys] for t in (k, v))
+        rq = gather_rows(q, self.queries).transpose(1, 2)  # [rows, heads, q_len, dim]
+        rk, rv = (gather_rows(t, self.keys) for t in (k, v))
         if rk.shape[2] != rq.shape[1]:  # grouped-query attention
             rk = rk.repeat_interleave(rq.shape[1] // rk.shape[2], dim=2)
             rv = rv.repeat_interleave(rq.shape[1] // rv.shape[2], dim=2)
@@ -120,7 +121,7 @@ class SharedPrefixLayout:
             if group is not None
         ]
         out = parts[0] if len(parts) == 1 else torch.cat(parts)
-        return out[self.output_index].reshape(query.shape[0], -1)
+        return gather_rows(out, self.output_index).reshape(query.shape[0], -1)
 
 
 def _spans(starts: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
