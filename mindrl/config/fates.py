@@ -85,8 +85,7 @@ class Handed(Fate):
         return bool(self.on(backend)) or bool(self.elsewhere)
 
     def describe(self) -> str:
-        handed_to = "; ".join(f"handed to {t.where} on {t.backend}" for t in self.to)
-        return f"{handed_to}; elsewhere {self.elsewhere}" if self.elsewhere else handed_to
+        return "; ".join(f"handed to {t.where} on {t.backend}" for t in self.to)
 
 
 @dataclass(frozen=True)

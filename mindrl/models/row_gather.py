@@ -1,10 +1,9 @@
 """Gathering rows of a tensor by index, with a backward that is fast on CPU.
 
 The packed and shared-prompt attention gather each layer's queries, keys, values and outputs
-by token index (several times per layer and micro-batch). Advanced indexing (`t[index]`) is
-differentiated by an accumulating `index_put` into a fresh zeroed tensor, which on CPU was
-the update's largest cost after the GEMMs and attention in a profile (~1.7 s of index_put and
-zero fills per SmolLM2 update).
+by token index (seven gathers per layer and micro-batch). Advanced indexing (`t[index]`) is
+differentiated by an accumulating `index_put`, serial on CPU: 0.6-0.9 s of CPU time per
+SmolLM2 bf16 update in profiles, against 0.1 s for `index_select` and its `index_add`.
 """
 
 from __future__ import annotations
