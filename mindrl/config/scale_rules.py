@@ -1,5 +1,5 @@
 """Cross-field rules of the scale keys (sequence parallel, virtual pipeline, recompute,
-overlap), checked at config time with megatron-core's own conditions, so a layout megatron
+overlap, Adam's moment dtypes), checked at config time with megatron-core's own conditions, so a layout megatron
 would reject fails before any worker starts and names the YAML key."""
 
 from __future__ import annotations
@@ -9,7 +9,13 @@ from mindrl.config.role import ROLE_NAMES, RoleConfig
 
 def scale_problems(role: RoleConfig) -> list[str]:
     sec = ROLE_NAMES[role.role]
-    problems = (*_stage_layers(role), *_virtual_pipeline(role), *_recompute(role), *_overlap(role))
+    problems = (
+        *_stage_layers(role),
+        *_virtual_pipeline(role),
+        *_recompute(role),
+        *_overlap(role),
+        *_moment_dtypes(role),
+    )
     return [f"{sec}.{p}" for p in problems]
 
 
@@ -97,5 +103,17 @@ def _overlap(role: RoleConfig) -> list[str]:
         return [
             "overlap_param_gather: needs use_distributed_optimizer: true and "
             "overlap_grad_reduce: true (megatron gathers the updated shards in the next forward)"
+        ]
+    return []
+
+
+def _moment_dtypes(role: RoleConfig) -> list[str]:
+    """megatron's rule: the moments' dtypes are only read by the precision-aware optimizer."""
+    o = role.optim
+    narrowed = [k for k in ("exp_avg_dtype", "exp_avg_sq_dtype") if getattr(o, k) != "fp32"]
+    if narrowed and not o.use_precision_aware_optimizer:
+        return [
+            f"{' / '.join(narrowed)}: only read with use_precision_aware_optimizer: true "
+            "(as in megatron)"
         ]
     return []

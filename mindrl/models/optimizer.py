@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from mindrl.config.role import RoleConfig
+from mindrl.config.role import OptimizerConfig, RoleConfig
 from mindrl.models.dtypes import torch_dtype
 
 logger = logging.getLogger(__name__)
@@ -42,6 +42,32 @@ def wrap_for_training(model: Any, cfg: RoleConfig, chunk_index: int = 0) -> Any:
     return ddp
 
 
+def _precision_aware(o: OptimizerConfig) -> dict[str, Any]:
+    """Off CPU megatron's precision-aware optimizer does it (transformer-engine's FusedAdam;
+    megatron refuses it without TE); on CPU mindrl's host Adam (`models/host_adam.py`)."""
+    if not o.use_precision_aware_optimizer:
+        return {}
+    return {
+        "use_precision_aware_optimizer": True,
+        "exp_avg_dtype": torch_dtype(o.exp_avg_dtype),
+        "exp_avg_sq_dtype": torch_dtype(o.exp_avg_sq_dtype),
+    }
+
+
+def warn_if_second_moment_stalls(o: OptimizerConfig) -> bool:
+    """bf16 resolves 2^-8 of a value: a bf16 exp_avg_sq whose decay per step, 1 - beta2, is
+    under half of that (0.2-0.4%) is rounded back to where it was; megatron does not warn."""
+    if o.use_precision_aware_optimizer and o.exp_avg_sq_dtype == "bf16" and o.adam_beta2 > 0.996:
+        logger.warning(
+            "exp_avg_sq_dtype: bf16 with adam_beta2 %s: where a decay by (1 - beta2) is under "
+            "half a bf16 step the second moment stops decaying (some values above 0.996, every "
+            "value from ~0.998); fp32, or adam_beta2 <= 0.996, keeps it decaying",
+            o.adam_beta2,
+        )
+        return True
+    return False
+
+
 def _per_chunk(funcs: list[Any]) -> Any:
     return funcs[0] if len(funcs) == 1 else funcs
 
@@ -51,13 +77,16 @@ def build_optimizer(
 ) -> TrainingOptimizer:
     """Adam over `model_chunks` (mixed precision when the role trains in bf16 / fp16) and a
     warm-up + decay schedule over `total_steps` optimizer steps."""
-    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.optimizer import OptimizerConfig as MegatronOptimizerConfig
+    from megatron.core.optimizer import get_megatron_optimizer
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     from mindrl.accelerator.megatron_shims import cuda_tensor_type_names
+    from mindrl.models.host_adam import fuse_host_adam, use_low_precision_moments
 
     o, p = cfg.optim, cfg.precision
-    opt_cfg = OptimizerConfig(
+    warn_if_second_moment_stalls(o)
+    opt_cfg = MegatronOptimizerConfig(
         optimizer="adam",
         lr=o.lr,
         min_lr=o.min_lr,
@@ -71,9 +100,12 @@ def build_optimizer(
         params_dtype=torch_dtype(p.params_dtype),
         initial_loss_scale=o.initial_loss_scale,
         use_distributed_optimizer=cfg.parallel.use_distributed_optimizer,
+        **({} if on_cpu else _precision_aware(o)),
     )
     with cuda_tensor_type_names(on_cpu):
         optimizer = get_megatron_optimizer(opt_cfg, model_chunks)
+    if on_cpu:
+        use_low_precision_moments(optimizer, o.exp_avg_dtype, o.exp_avg_sq_dtype)
     fuse_host_adam(optimizer)
     for chunk in model_chunks:
         chunk.config.grad_scale_func = optimizer.scale_loss
@@ -122,29 +154,3 @@ def clip_grads_to_norm(optimizer: Any, max_norm: float, total_norm: float) -> No
                 total_norm,
                 part.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8,
             )
-
-
-def fuse_host_adam(optimizer: Any) -> int:
-    """Switch torch's Adam / AdamW over host parameters to its fused CPU kernel; returns how
-    many parameter groups were switched.
-
-    Without apex / TE (every CPU run) megatron steps with `torch.optim.AdamW` at its defaults,
-    which on CPU is the per-tensor loop: ~10 passes over every parameter-sized tensor. The fused
-    kernel makes one (SmolLM2-135M fp32 on 2 cores: 460 ms -> 49 ms a step; the two differ
-    by rounding only, ~1 ulp). A group on another device keeps what megatron chose. Called after
-    a checkpoint's optimizer state is loaded too: torch restores the saved group options."""
-    import torch
-
-    switched = 0
-    for part in getattr(optimizer, "chained_optimizers", [optimizer]):
-        inner = getattr(part, "optimizer", None)
-        if not isinstance(inner, torch.optim.Adam | torch.optim.AdamW):
-            continue
-        for group in inner.param_groups:
-            params = group["params"]
-            on_host = all(p.device.type == "cpu" and p.is_floating_point() for p in params)
-            if not params or not on_host or group.get("differentiable") or group.get("fused"):
-                continue
-            group["fused"], group["foreach"] = True, False
-            switched += 1
-    return switched

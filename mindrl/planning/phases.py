@@ -51,7 +51,6 @@ from mindrl.planning.shapes import (
 PROCESS_GIB = 0.45  # a megatron worker's RSS before its model is built (torch 2.13, CPU)
 GRAD_BYTES = 4  # megatron's DDP reduces gradients in an fp32 buffer (grad_reduce_in_fp32)
 MASTER_BYTES = 4  # bf16 / fp16 training: fp32 master weights in the optimizer
-ADAM_BYTES = 8  # Adam's two fp32 moments
 INPUT_BYTES_PER_TOKEN = 120  # a rank's batch tensors (ids, masks, advantages, log-probs) x3
 RESOURCES = {"npu": "NPU", "cuda": "GPU", "cpu": "CPU"}
 
@@ -171,7 +170,7 @@ def actor_ranks(
 ) -> tuple[RankPlan, ...]:
     gen, dtype = run.generate, DTYPE_BYTES[shape.params_dtype]
     n_micro = _n_micro(run, shape)
-    opt_bytes = (ADAM_BYTES + (MASTER_BYTES if dtype < 4 else 0)) / (
+    opt_bytes = (shape.adam_bytes + (MASTER_BYTES if dtype < 4 else 0)) / (
         shape.dp if shape.distributed_optimizer else 1
     )
     seq, cpu = lengths.seq, backend == "cpu"

@@ -100,6 +100,7 @@ class RoleShape:
     ep: int = 1  # expert parallel (MoE): each rank holds E / EP experts of every layer
     # CPU: megatron's local attention runs as torch's fused kernel (models/packed_attention.py)
     fused_local_attention: bool = False
+    adam_bytes: int = 8  # Adam's two moments per trained parameter (fp32 unless narrowed)
 
     @property
     def act_bytes(self) -> int:
@@ -154,7 +155,15 @@ def role_shape(role: RoleConfig, backend: str) -> RoleShape:
         hf_model=role.role == "reward",
         ep=role.moe.expert_model_parallel_size,
         fused_local_attention=backend == "cpu" and role.model.attention_dropout == 0,
+        adam_bytes=_adam_bytes(role),
     )
+
+
+def _adam_bytes(role: RoleConfig) -> int:
+    o = role.optim
+    if not o.use_precision_aware_optimizer:
+        return 2 * DTYPE_BYTES["fp32"]
+    return DTYPE_BYTES[o.exp_avg_dtype] + DTYPE_BYTES[o.exp_avg_sq_dtype]
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ class TrainableWorker(MegatronModelWorker):
     def _load_optimizer_state(self, iter_dir: str, saved: dict[str, Any] | None) -> None:
         from mindrl.checkpoint import distributed_optimizer as dist_optim
         from mindrl.checkpoint.errors import CheckpointReadError
-        from mindrl.models.optimizer import fuse_host_adam
+        from mindrl.models.host_adam import fuse_host_adam
 
         optimizer = self._opt().optimizer
         in_folder = saved == dist_optim.RANK_FILE_MARKER

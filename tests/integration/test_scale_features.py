@@ -128,3 +128,39 @@ def test_distributed_optimizer_checkpoint_resumes_at_another_dp(
         resume=ckpt,
     )["metrics"]
     assert abs(fresh_moments[1]["grad_norm"] - straight[3]["grad_norm"]) > 1e-4
+
+
+BF16_MOMENTS = [
+    "megatron_training.use_precision_aware_optimizer=true",
+    "megatron_training.exp_avg_dtype=bf16",
+    "megatron_training.exp_avg_sq_dtype=bf16",
+]
+
+
+def test_bf16_adam_moments_shrink_the_optimizer_state_and_resume_exactly(
+    fresh_process, four_layer_model, tmp_path
+):
+    """megatron's precision-aware optimizer keys on CPU (mindrl's host Adam). bf16 training
+    (megatron's fp32 master weights): 12 -> 8 bytes of optimizer state per parameter, the first
+    step as with fp32 moments and the next ones close; a distributed-optimizer checkpoint with
+    bf16 moments saved at DP 2 resumes at DP 1 with the next steps equal."""
+    bf16 = "megatron_training.bf16=true"
+    wide = _train(fresh_process, four_layer_model, 1, [bf16])
+    narrow = _train(fresh_process, four_layer_model, 1, [bf16, *BF16_MOMENTS])
+    assert narrow["optimizer_state_bytes"] == pytest.approx(
+        wide["optimizer_state_bytes"] * 2 / 3, rel=0.02
+    )
+    assert narrow["metrics"][0] == wide["metrics"][0]  # before any Adam step
+    for x, y in zip(wide["metrics"], narrow["metrics"]):
+        assert y["grad_norm"] == pytest.approx(x["grad_norm"], rel=0.05)
+    # the rounded moments moved the weights a little differently
+    assert narrow["metrics"][-1]["grad_norm"] != wide["metrics"][-1]["grad_norm"]
+
+    ckpt = str(tmp_path / "iter_0000002")
+    narrow_dist = [DIST_OPT, *BF16_MOMENTS]
+    straight = _train(fresh_process, four_layer_model, 2, narrow_dist, steps=4)["metrics"]
+    _train(fresh_process, four_layer_model, 2, narrow_dist, steps=2, save=ckpt)
+    resumed = _train(fresh_process, four_layer_model, 1, narrow_dist, steps=2, resume=ckpt)
+    _assert_same_training(resumed["metrics"], straight[2:])
+    fresh = _train(fresh_process, four_layer_model, 1, narrow_dist, steps=1)
+    assert resumed["optimizer_state_bytes"] == fresh["optimizer_state_bytes"]  # bf16 again

@@ -4,9 +4,9 @@ plan predicts from the architecture alone.
 
 Arguments: {"archs": [ModelArchConfig keyword dicts], "tp": int, "pp": int, "dtype": str,
 "saved": [batch, seq] or null, "fused": bool (mindrl's compiled RMSNorm and megatron's fused
-SwiGLU, as `use_fused_rmsnorm` / `use_fused_swiglu` build them on CPU)}. Result: {"tp_rank", "pp_rank", "params": [this rank's
-parameter count per arch], "saved": [bytes the forward pass keeps for backward per arch
-(unique storages, parameters excluded), when asked]}.
+SwiGLU, as `use_fused_rmsnorm` / `use_fused_swiglu` build them on CPU)}. Result: {"tp_rank",
+"pp_rank", "params": [this rank's parameter count per arch], "saved": [bytes the forward pass
+keeps for backward per arch (unique storages, parameters excluded), when asked]}.
 """
 
 from typing import Any

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import torch
 
-from mindrl.models.optimizer import fuse_host_adam
+from mindrl.models.host_adam import fuse_host_adam
 
 
 def _params(seed: int, device: str = "cpu") -> list[torch.nn.Parameter]:

@@ -5,19 +5,16 @@ untied output layer)."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 import mindrl.models.head_log_probs as chunked
-from mindrl.config.model_arch import ModelArchConfig
 from mindrl.models.head_log_probs import head_log_probs
 from mindrl.models.logprobs import log_probs_and_entropy, vocab_parallel_log_probs
+from tests.unit._model_files import arch_kwargs
 
-MODEL_DIR = Path(__file__).parents[2] / "configs" / "model"
 TOKENS, HIDDEN, VOCAB, REAL_VOCAB = 300, 32, 500, 490
 
 
@@ -89,21 +86,15 @@ def test_chunked_head_at_a_temperature_without_and_with_gradients():
         head_log_probs(hidden, weight, labels, temperature=0.7, entropy=True)
 
 
-def _tiny_arch(**changes: object) -> dict:
-    ((_, values),) = OmegaConf.to_container(OmegaConf.load(MODEL_DIR / "tiny.yaml")).items()
-    fields = {f.name for f in dataclasses.fields(ModelArchConfig)}
-    return {**{k: v for k, v in values.items() if k in fields}, **changes}
-
-
 @pytest.mark.parametrize(
     ("arch", "entropy_grad", "bf16"),
     [
         # tied output layer, vocabulary padded to a multiple of 128 (448 -> 512 rows)
-        (_tiny_arch(make_vocab_size_divisible_by=128), True, False),
-        (_tiny_arch(untie_embeddings_and_output_weights=True), False, False),
+        (arch_kwargs(make_vocab_size_divisible_by=128), True, False),
+        (arch_kwargs(untie_embeddings_and_output_weights=True), False, False),
         # bf16 weights and compute, fp32 gradient buffers: megatron's mixed precision
-        (_tiny_arch(make_vocab_size_divisible_by=128), False, True),
-        (_tiny_arch(untie_embeddings_and_output_weights=True), False, True),
+        (arch_kwargs(make_vocab_size_divisible_by=128), False, True),
+        (arch_kwargs(untie_embeddings_and_output_weights=True), False, True),
     ],
 )
 def test_hidden_only_gpt_model_gives_the_plain_gradients(fresh_process, arch, entropy_grad, bf16):

@@ -5,24 +5,21 @@ embedding is warned as having no effect."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 
 from mindrl.config import load_run_config
 from mindrl.config.fates import handoffs, reset_warnings
-from mindrl.config.model_arch import ModelArchConfig
 from mindrl.models import host_fusions
 from mindrl.models.host_fusions import fused_rms_norm, rms_norm, use_fused_rms_norm
 from mindrl.models.scale import transformer_overrides
 from mindrl.planning.shapes import role_shape
+from tests.unit._model_files import arch_kwargs
 
-MODEL_DIR = Path(__file__).resolve().parents[2] / "configs" / "model"
 KERNELS = ("actor_config.use_fused_rmsnorm=true", "actor_config.use_fused_swiglu=true")
 
 
@@ -110,12 +107,6 @@ def test_the_swap_keeps_parameters_keys_and_attributes():
     assert use_fused_rms_norm(model) == 0  # already swapped
 
 
-def _tiny_arch(name: str = "tiny", **changes: object) -> dict:
-    ((_, values),) = OmegaConf.to_container(OmegaConf.load(MODEL_DIR / f"{name}.yaml")).items()
-    fields = {f.name for f in dataclasses.fields(ModelArchConfig)}
-    return {**{k: v for k, v in values.items() if k in fields}, **changes}
-
-
 @pytest.mark.parametrize(
     ("model", "bf16"),
     # tiny_qwen3_moe: per-head q / k norms (Qwen3) and megatron's MoE experts
@@ -125,7 +116,7 @@ def test_a_gpt_model_with_fused_norm_and_swiglu_computes_the_unfused_one(
     fresh_process, model, bf16
 ):
     script = Path(__file__).with_name("_host_fusions.py")
-    arch = _tiny_arch(model)
+    arch = arch_kwargs(model)
     res = fresh_process(script, {"arch": arch, "bf16": bf16}, timeout_s=600)
     layers = arch["num_layers"]
     per_layer = 4 if arch.get("qk_layernorm") else 2  # input, pre-MLP (and q, k) norms

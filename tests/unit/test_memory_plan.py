@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from mindrl.config import load_run_config
 from mindrl.config.fates import MINDSPEED, handed, no_effect
@@ -28,9 +27,9 @@ from mindrl.planning.params import model_params, stage_params
 from mindrl.planning.phases import PROCESS_GIB, actor_ranks, build_plan
 from mindrl.planning.shapes import Lengths, Recompute, RoleShape, effective, role_shape
 from tests.fresh_process import REPO
+from tests.unit._model_files import MODEL_DIR, arch_kwargs
 
 SCRIPT = Path(__file__).with_name("_memory_plan_model.py")
-MODEL_DIR = REPO / "configs" / "model"
 R1_7B, R1_32B = "r1_zero_qwen25_7b", "r1_zero_qwen25_32b"
 OVERFULL_32B = (
     "actor_config.tensor_model_parallel_size=1",
@@ -55,15 +54,8 @@ PUBLISHED = {
 }
 
 
-def _arch_kwargs(name: str, **changes: object) -> dict:
-    # OmegaConf, as Hydra composes the model files (YAML 1.1 would read 1e-6 as a string)
-    ((_, values),) = OmegaConf.to_container(OmegaConf.load(MODEL_DIR / f"{name}.yaml")).items()
-    fields = {f.name for f in dataclasses.fields(ModelArchConfig)}
-    return {**{k: v for k, v in values.items() if k in fields}, **changes}
-
-
 def _arch(name: str, **changes: object) -> ModelArchConfig:
-    return ModelArchConfig(**_arch_kwargs(name, **changes))
+    return ModelArchConfig(**arch_kwargs(name, **changes))
 
 
 def _run(name: str, *overrides: str) -> RunConfig:
@@ -96,8 +88,8 @@ def test_every_shipped_model_file_has_a_published_size():
 # tiny (tied, GQA, qkv bias) and a variant with an untied output layer, plain multi-head
 # attention, no qkv bias and a vocabulary megatron pads to a multiple of 4 x TP
 ARCHS = [
-    _arch_kwargs("tiny"),
-    _arch_kwargs(
+    arch_kwargs("tiny"),
+    arch_kwargs(
         "tiny",
         untie_embeddings_and_output_weights=True,
         group_query_attention=False,
@@ -106,7 +98,7 @@ ARCHS = [
         vocab_size=450,
         make_vocab_size_divisible_by=4,
     ),
-    _arch_kwargs("tiny_qwen3"),  # q/k norms, head_dim 64 != hidden / heads
+    arch_kwargs("tiny_qwen3"),  # q/k norms, head_dim 64 != hidden / heads
 ]
 
 
@@ -138,7 +130,7 @@ def test_layer_activations_equal_what_autograd_keeps(fresh_process, dtype, fused
     archs = []
     for gqa in (True, False):
         extra = {} if gqa else {"group_query_attention": False, "num_query_groups": None}
-        archs += [_arch_kwargs("tiny", **{**WIDE, **extra}, num_layers=n) for n in (1, 2)]
+        archs += [arch_kwargs("tiny", **{**WIDE, **extra}, num_layers=n) for n in (1, 2)]
     batch, seq = 2, 64
     args = {"archs": archs, "tp": 1, "pp": 1, "dtype": dtype, "saved": [batch, seq]}
     saved = fresh_process(SCRIPT, {**args, "fused": fused}, timeout_s=600)["saved"]
@@ -238,6 +230,15 @@ def test_distributed_optimizer_divides_optimizer_state_by_dp():
     assert optimizer(True) == pytest.approx(optimizer(False) / 2)
     n = stage_params(run.actor.model, 2, 2, 0).total
     assert optimizer(False) == pytest.approx(n * 12)  # bf16: fp32 master + 2 Adam moments
+
+
+def test_bf16_adam_moments_take_half_the_moments_bytes():
+    keys = ("use_precision_aware_optimizer=true", "exp_avg_dtype=bf16", "exp_avg_sq_dtype=bf16")
+    run = _run(R1_7B, *(f"megatron_training.{k}" for k in keys))
+    shape = _shape(run, distributed_optimizer=False)
+    rank = actor_ranks(run, shape, Lengths.of(run), "npu", None)[0]
+    n = stage_params(run.actor.model, shape.tp, shape.pp, 0).total
+    assert dict(rank.phase("train").parts)["optimizer"] == pytest.approx(n * 8)  # 4 + 2 + 2
 
 
 def test_offload_subtracts_the_training_state_in_the_rollout_phase():

@@ -63,6 +63,11 @@ def _load(*overrides: str):
             "overlap_param_gather: needs use_distributed_optimizer",
         ),
         (["megatron_training.recompute_granularity=partial"], "recompute_granularity"),
+        (
+            ["megatron_training.exp_avg_dtype=bf16"],
+            "exp_avg_dtype: only read with use_precision_aware_optimizer: true",
+        ),
+        (["megatron_training.exp_avg_sq_dtype=fp16"], "exp_avg_sq_dtype"),
     ],
 )
 def test_megatron_would_reject_it_so_the_config_does(overrides, message):
@@ -133,3 +138,19 @@ def test_mindspeed_memory_switches_are_refused_on_cpu_and_handed_on_npu():
     assert "use_fused_swiglu" not in text
     handed = handoffs(run, "npu").to(MINDSPEED)
     assert handed["swap_optimizer"] is True and handed["use_fused_swiglu"] is True
+
+
+def test_a_bf16_second_moment_that_cannot_decay_is_warned(caplog):
+    from mindrl.models.optimizer import warn_if_second_moment_stalls
+
+    keys = ["use_precision_aware_optimizer=true", "exp_avg_sq_dtype=bf16"]
+    narrowed = [f"megatron_training.{k}" for k in keys]
+    with caplog.at_level("WARNING"):
+        assert warn_if_second_moment_stalls(
+            _load(*narrowed, "actor_config.adam_beta2=0.999").actor.optim
+        )
+    assert "stops decaying" in caplog.text
+    assert not warn_if_second_moment_stalls(
+        _load(*narrowed, "actor_config.adam_beta2=0.99").actor.optim
+    )
+    assert not warn_if_second_moment_stalls(_load("actor_config.adam_beta2=0.999").actor.optim)
