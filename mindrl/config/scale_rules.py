@@ -1,6 +1,6 @@
 """Cross-field rules of the scale keys (sequence parallel, virtual pipeline, recompute,
-overlap, Adam's moment dtypes), checked at config time with megatron-core's own conditions, so a layout megatron
-would reject fails before any worker starts and names the YAML key."""
+overlap, Adam's moment dtypes), checked at config time with megatron-core's own conditions,
+so a layout megatron would reject fails before any worker starts and names the YAML key."""
 
 from __future__ import annotations
 

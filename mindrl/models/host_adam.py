@@ -140,7 +140,8 @@ class _ChunkBatch:
         self.workspace: torch.Tensor | None = None
 
     def add(self, chunk: list[torch.Tensor], step: torch.Tensor) -> None:
-        if self.size + chunk[0].numel() > CHUNK_ELEMENTS:
+        full = self.size + chunk[0].numel() > CHUNK_ELEMENTS
+        if full or (self.items and self.items[0][0][0].dtype != chunk[0].dtype):
             self.flush()
         self.items.append((chunk, step.clone()))  # its own count: the kernel advances it
         self.size += chunk[0].numel()

@@ -69,6 +69,27 @@ def test_steps_equal_fp32_adam_with_moments_rounded_after_each_step(
             assert torch.equal(mine[key].float(), theirs[key])
 
 
+def test_a_group_mixing_fp32_and_bf16_parameters_steps_each_in_its_own_dtype():
+    """A bf16 parameter's bf16 moments go to torch's kernel as they are (torch's own bf16
+    Adam), an fp32 parameter's through the workspace, even in one group."""
+    wide, narrow = _params()[0], _params()[1].bfloat16()
+    mixed = [torch.nn.Parameter(wide.detach().clone()), torch.nn.Parameter(narrow.clone())]
+    alone = [torch.nn.Parameter(wide.detach().clone()), torch.nn.Parameter(narrow.clone())]
+    narrowed = _narrowed(mixed, **OPTIONS).optimizer
+    fp32_alone = _narrowed(alone[:1], **OPTIONS).optimizer
+    bf16_alone = torch.optim.AdamW(alone[1:], fused=True, **OPTIONS)
+    for step in range(4):
+        g = torch.Generator().manual_seed(step)
+        grads = [torch.randn(p.shape, generator=g).to(p.dtype) for p in mixed]
+        for ps in (mixed, alone):
+            for p, grad in zip(ps, grads):
+                p.grad = grad.clone()
+        for opt in (narrowed, fp32_alone, bf16_alone):
+            opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(mixed, alone))
+    assert narrowed.state[mixed[1]]["exp_avg"].dtype == torch.bfloat16
+
+
 def test_bf16_moments_take_half_the_bytes_and_move_the_weights_like_fp32_adam():
     fp32_params, params = _params(), _params()
     fp32 = torch.optim.AdamW(fp32_params, fused=True, **OPTIONS)
