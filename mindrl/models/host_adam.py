@@ -107,8 +107,9 @@ class LowPrecisionMomentsAdam(Adam):
             with torch.enable_grad():
                 loss = closure()
         self.narrow_moments()
+        workspaces: dict[torch.dtype, torch.Tensor] = {}  # one per step, shared by the groups
         for group in self.param_groups:
-            batch = _ChunkBatch(group)
+            batch = _ChunkBatch(group, workspaces)
             for param in group["params"]:
                 if param.grad is None:
                     continue
@@ -133,11 +134,11 @@ class _ChunkBatch:
     """Chunks of one parameter group stepped together by one fused call: each moment chunk
     not already in the parameters' dtype is widened into a workspace and rounded back after."""
 
-    def __init__(self, group: dict[str, Any]) -> None:
+    def __init__(self, group: dict[str, Any], workspaces: dict[torch.dtype, torch.Tensor]) -> None:
         self.group = group
+        self.workspaces = workspaces  # by the parameters' dtype
         self.items: list[tuple[list[torch.Tensor], torch.Tensor]] = []
         self.size = 0
-        self.workspace: torch.Tensor | None = None
 
     def add(self, chunk: list[torch.Tensor], step: torch.Tensor) -> None:
         full = self.size + chunk[0].numel() > CHUNK_ELEMENTS
@@ -150,8 +151,9 @@ class _ChunkBatch:
         if not self.items:
             return
         dtype = self.items[0][0][0].dtype
-        if self.workspace is None or self.workspace.dtype != dtype:
-            self.workspace = torch.empty(2 * CHUNK_ELEMENTS, dtype=dtype)
+        if dtype not in self.workspaces:
+            self.workspaces[dtype] = torch.empty(2 * CHUNK_ELEMENTS, dtype=dtype)
+        workspace = self.workspaces[dtype]
         lists: list[list[torch.Tensor]] = [[], [], [], []]
         offset = 0
         for chunk, _ in self.items:
@@ -163,7 +165,7 @@ class _ChunkBatch:
                     lists[i].append(moment)
                 else:
                     start = offset + (i - 2) * CHUNK_ELEMENTS
-                    lists[i].append(self.workspace[start : start + n].copy_(moment))
+                    lists[i].append(workspace[start : start + n].copy_(moment))
             offset += n
         steps = [step for _, step in self.items]
         from torch.optim.adam import adam
