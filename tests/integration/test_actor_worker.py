@@ -14,7 +14,9 @@ TIMEOUT_S = 300.0
 
 def test_non_finite_update_is_skipped_and_counted(fresh_process, tiny_model_dir):
     out = fresh_process(SCRIPT, timeout_s=TIMEOUT_S)
-    assert out["mismatch"] < 1e-4  # megatron's log-probs of the sampled tokens == the engine's
+    # megatron's log-probs of the sampled tokens == the engine's: fp32 noise is ~1e-6 here and
+    # was 1.5e-4 once in CI; an engine one optimizer step behind differs by ~1.8 (max)
+    assert out["mismatch"] < 1e-3
     # grpo_tiny_cpu: 8 prompts x 8 samples in mini-batches of 32 -> two optimizer steps
     assert out["skipped_after_bad"] == 2 and out["bad_grad_norm_nan"]
     assert out["unchanged_after_bad"]
