@@ -29,6 +29,7 @@ from mindrl.workers.server_rollout import ServerRolloutGroup
 
 if TYPE_CHECKING:
     from mindrl.cluster.worker_group import WorkerGroup
+    from mindrl.data.tokenizer import TokenizerSource
 
 logger = logging.getLogger("mindrl.trainer")
 
@@ -99,30 +100,26 @@ def _worker_env(run: RunConfig, threads: int) -> dict[str, str]:
     return env
 
 
-def _tokenizer(run: RunConfig) -> Any:
-    from transformers import AutoTokenizer
-
-    data = run.actor.data
-    return AutoTokenizer.from_pretrained(
-        data.tokenizer_name_or_path, use_fast=not data.tokenizer_not_use_fast
-    )
-
-
 def _rollout_role(
-    run: RunConfig, group: WorkerGroup | None
+    run: RunConfig, group: WorkerGroup | None, tokenizer: TokenizerSource
 ) -> RolloutGroup | ServerRolloutGroup | None:
     """A rollout role of its own: the run's rollout workers, or the user's vLLM servers."""
     if run.generate.server is not None:
         needed = run.rl.algorithm.max_prompt_length + run.generate.sampling_config.max_tokens
-        return ServerRolloutGroup(run.generate.server, needed, _tokenizer(run))
+        return ServerRolloutGroup(run.generate.server, needed, tokenizer.get())
     return RolloutGroup(group) if group is not None else None
 
 
 def start_roles(
-    run: RunConfig, plan: PlacementPlan, master_addr: str | None, node_cpus: float | None = None
+    run: RunConfig,
+    plan: PlacementPlan,
+    master_addr: str | None,
+    node_cpus: float | None,
+    tokenizer: TokenizerSource,
 ) -> Roles:
     """Placement groups, then one worker group per role; constructors only (no model yet).
-    `node_cpus`: the CPUs of the cluster's one node (None on several nodes)."""
+    `node_cpus`: the CPUs of the cluster's one node (None on several nodes); `tokenizer`: the
+    actor's, for a rollout role of the user's vLLM servers."""
     from mindrl.cluster.placement_groups import (
         bundle_indices,
         cpus_per_worker,
@@ -184,7 +181,7 @@ def start_roles(
         actor=actor,
         ref=reference,
         reward=RewardModelGroup(reward) if reward is not None else None,
-        rollout=_rollout_role(run, rollout),
+        rollout=_rollout_role(run, rollout, tokenizer),
         groups=list(groups.values()),
         placement_groups=pgs,
         critic=CriticGroup(critic) if critic is not None else None,

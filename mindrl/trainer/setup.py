@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from mindrl.cluster.placement import ClusterResources
     from mindrl.data.dataset import PromptSubset
     from mindrl.data.sampler import ResumableSampler
+    from mindrl.data.tokenizer import TokenizerSource
     from mindrl.rewards.scorer import RewardScorer
     from mindrl.trainer.metrics import MetricsLogger
 
@@ -34,8 +35,16 @@ class Prompts:
 
     dataset: PromptSubset
     sampler: ResumableSampler
-    tokenizer: Any  # transformers tokenizer
-    pad_id: int
+    tokenizer_source: TokenizerSource  # resolved while the workers start, loaded at first use
+
+    @property
+    def tokenizer(self) -> Any:
+        """The actor's transformers tokenizer (decodes responses for the verifiers)."""
+        return self.tokenizer_source.get()
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer_source.pad_id
 
 
 @dataclass
@@ -56,18 +65,11 @@ class Trainer:
 
 
 def load_prompts(run: RunConfig) -> Prompts:
-    from transformers import AutoTokenizer
-
     from mindrl.data.dataset import PromptDataset, PromptSubset
     from mindrl.data.sampler import ResumableSampler
+    from mindrl.data.tokenizer import DriverTokenizer
 
     data = run.actor.data
-    tokenizer = AutoTokenizer.from_pretrained(
-        data.tokenizer_name_or_path, use_fast=not data.tokenizer_not_use_fast
-    )
-    pad_id = tokenizer.pad_token_id
-    if pad_id is None:
-        pad_id = tokenizer.eos_token_id or 0
     max_prompt = run.rl.algorithm.max_prompt_length
     dataset = PromptSubset(PromptDataset(data.data_path), max_prompt)
     if dataset.dropped:
@@ -90,7 +92,8 @@ def load_prompts(run: RunConfig) -> Prompts:
         shuffle=not data.no_shuffle,
         drop_last=True,
     )
-    return Prompts(dataset, sampler, tokenizer, pad_id)
+    tokenizer = DriverTokenizer(data.tokenizer_name_or_path, not data.tokenizer_not_use_fast)
+    return Prompts(dataset, sampler, tokenizer)
 
 
 def kl_controller(run: RunConfig) -> FixedKLController:
@@ -173,6 +176,7 @@ def setup(run: RunConfig, raw: dict[str, Any]) -> Iterator[Trainer]:
     acc = get_accelerator(run.runtime.accelerator)
     rw = run.rl.reward
     with contextlib.ExitStack() as stack:
+        stack.callback(prompts.tokenizer_source.close)
         scorer = None
         if rw.rule_reward:
             scorer = stack.enter_context(RewardScorer.from_config(rw, run.rl.reward_params))
@@ -180,7 +184,9 @@ def setup(run: RunConfig, raw: dict[str, Any]) -> Iterator[Trainer]:
         resources = cluster.cluster_resources()
         plan = plan_placement(run, acc.ray_resource, resources.max_per_node(acc.ray_resource))
         logger.info("%s", plan.describe())
-        roles = start_roles(run, plan, cluster.master_addr, one_node_cpus(resources))
+        roles = start_roles(
+            run, plan, cluster.master_addr, one_node_cpus(resources), prompts.tokenizer_source
+        )
         stack.callback(roles.shutdown)
         start_models(run, roles, resume)
         sync_weights(roles)

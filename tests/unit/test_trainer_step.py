@@ -13,6 +13,7 @@ import torch
 from mindrl.algorithms.kl_control import FixedKLController
 from mindrl.config import load_run_config
 from mindrl.config.errors import ConfigError
+from mindrl.data.tokenizer import LoadedTokenizer
 from mindrl.rollout.rows import RolloutRow
 from mindrl.trainer.grpo import grpo_step, recomputes_old_log_probs
 from mindrl.trainer.rollout_step import assemble_rollouts
@@ -67,6 +68,8 @@ class FakeSampler:
 
 
 class FakeTokenizer:
+    pad_token_id = 0
+
     def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
         return " ".join(str(int(i)) for i in ids)
 
@@ -170,7 +173,7 @@ def _trainer(overrides: list[str]) -> tuple[Trainer, FakeActor]:
     run, _ = load_run_config("grpo_tiny_cpu", ["rl_config.n_samples_per_prompt=4", *overrides])
     actor = FakeActor()
     gbs = run.actor.batch.global_batch_size
-    prompts = Prompts(FakeDataset(4 * gbs), FakeSampler(gbs), FakeTokenizer(), pad_id=0)
+    prompts = Prompts(FakeDataset(4 * gbs), FakeSampler(gbs), LoadedTokenizer(FakeTokenizer()))
     t = Trainer(
         run=run,
         prompts=prompts,
