@@ -18,9 +18,11 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any, Protocol
 
 logger = logging.getLogger("mindrl.data")
@@ -53,6 +55,15 @@ def _load_with_auto(path: str, use_fast: bool) -> Any:
     return AutoTokenizer.from_pretrained(path, use_fast=use_fast)
 
 
+def _child_env() -> dict[str, str]:
+    """This process's environment, with this mindrl importable (a checkout run through
+    cli/train_grpo.py is on sys.path, not installed)."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
 class DriverTokenizer:
     """The tokenizer of `path`, resolved in a child process, loaded at first `get()`."""
 
@@ -62,7 +73,7 @@ class DriverTokenizer:
         self._lock = threading.Lock()
         command = [sys.executable, "-m", __name__, path] + ([] if use_fast else ["--slow"])
         self._child: subprocess.Popen[str] | None = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_child_env()
         )
 
     def get(self) -> Any:
