@@ -101,7 +101,8 @@ class DriverTokenizer:
 
     def _resolved_class(self) -> type | None:
         child, self._child = self._child, None
-        assert child is not None, "the tokenizer child was closed before use"
+        if child is None:  # closed before use, or a load that failed before
+            return None
         try:
             out, _ = child.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:

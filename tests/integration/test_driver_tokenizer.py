@@ -30,10 +30,15 @@ def test_a_missing_tokenizer_fails_with_transformers_own_error(tmp_path):
         source.get()
 
 
-def test_closing_before_use_ends_the_child(tmp_path):
+def test_closing_before_use_ends_the_child_and_loads_in_the_driver(tiny_model_dir):
+    from transformers import AutoTokenizer
+
     from mindrl.data.tokenizer import DriverTokenizer
 
-    source = DriverTokenizer(str(tmp_path / "no_such_tokenizer"), use_fast=True)
+    source = DriverTokenizer(str(tiny_model_dir), use_fast=True)
     child = source._child
     source.close()
     assert child is not None and child.poll() is not None
+    auto = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    assert type(source.get()) is type(auto)
+    assert source.get().decode([5, 6, 7]) == auto.decode([5, 6, 7])
