@@ -31,12 +31,9 @@ RESOLVE_TIMEOUT_S = 600.0  # a child importing transformers on a loaded laptop t
 
 
 class TokenizerSource(Protocol):
-    """Where the driver's tokenizer comes from: `get()` it, its `pad_id`, `close()`."""
+    """Where the driver's tokenizer comes from: `get()` it, `close()` it."""
 
     def get(self) -> Any: ...
-
-    @property
-    def pad_id(self) -> int: ...
 
     def close(self) -> None: ...
 
@@ -82,10 +79,6 @@ class DriverTokenizer:
                 self._tokenizer = self._load()
             return self._tokenizer
 
-    @property
-    def pad_id(self) -> int:
-        return pad_id_of(self.get())
-
     def close(self) -> None:
         """End a child still resolving (a run that failed before its first step)."""
         child, self._child = self._child, None
@@ -119,17 +112,13 @@ class DriverTokenizer:
 
 
 class LoadedTokenizer:
-    """A tokenizer already in hand, behind the same `get()` / `pad_id` (tests, tools)."""
+    """A tokenizer already in hand, behind the same `get()` (tests, tools)."""
 
     def __init__(self, tokenizer: Any):
         self._tokenizer = tokenizer
 
     def get(self) -> Any:
         return self._tokenizer
-
-    @property
-    def pad_id(self) -> int:
-        return pad_id_of(self._tokenizer)
 
     def close(self) -> None:
         pass

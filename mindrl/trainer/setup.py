@@ -44,7 +44,9 @@ class Prompts:
 
     @property
     def pad_id(self) -> int:
-        return self.tokenizer_source.pad_id
+        from mindrl.data.tokenizer import pad_id_of
+
+        return pad_id_of(self.tokenizer)
 
 
 @dataclass

@@ -11,12 +11,12 @@ from tests.fresh_process import json_main
 
 
 def main(args: dict[str, Any]) -> dict[str, Any]:
-    from mindrl.data.tokenizer import DriverTokenizer
+    from mindrl.data.tokenizer import DriverTokenizer, pad_id_of
 
     source = DriverTokenizer(args["path"], use_fast=True)
     light = source.get()
     stack_loaded = "torch._dynamo" in sys.modules or "transformers.masking_utils" in sys.modules
-    light_pad = source.pad_id
+    light_pad = pad_id_of(light)
 
     from transformers import AutoTokenizer
 
@@ -34,10 +34,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         "stack_loaded": stack_loaded,
         "light_class": type(light).__qualname__,
         "auto_class": type(auto).__qualname__,
-        "pads": [
-            light_pad,
-            auto.pad_token_id if auto.pad_token_id is not None else auto.eos_token_id,
-        ],
+        "pads": [light_pad, pad_id_of(auto)],
         "decodings_that_differ": differ[:5],
         "encodings_equal": light.encode(text) == auto.encode(text),
     }
