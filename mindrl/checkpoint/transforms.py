@@ -99,15 +99,22 @@ def fuse_qkv(
 def unfuse_qkv(
     qkv: torch.Tensor, groups: int, q_per_group: int, head_dim: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Inverse of `fuse_qkv`."""
+    """Inverse of `fuse_qkv`.
+
+    q, k and v are consecutive rows of one new tensor (one copy of `qkv`): vLLM fuses them
+    in that order, so a rollout engine can take the three as one view (`direct_reload`).
+    """
+    import torch
+
     rest = tuple(qkv.shape[1:])
     grouped = qkv.reshape(groups, (q_per_group + 2) * head_dim, *rest)
-    q, k, v = grouped.split([q_per_group * head_dim, head_dim, head_dim], dim=1)
-    return (
-        q.reshape(groups * q_per_group * head_dim, *rest),
-        k.reshape(groups * head_dim, *rest),
-        v.reshape(groups * head_dim, *rest),
-    )
+    rows = [q_per_group * head_dim, head_dim, head_dim]
+    out = torch.empty((groups * sum(rows), *rest), dtype=qkv.dtype, device=qkv.device)
+    parts = out.split([groups * r for r in rows], dim=0)
+    for part, src, r in zip(parts, grouped.split(rows, dim=1), rows):
+        part.view(groups, r, *rest).copy_(src)
+    q, k, v = parts
+    return q, k, v
 
 
 def hf_to_mcore_pieces(

@@ -39,10 +39,35 @@ class _LayerUpdate:
     params: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict)
 
     def value(self, param: str) -> torch.Tensor:
+        """The fused parameter: a view where the members are consecutive rows of one
+        tensor (megatron's gate/up halves, `unfuse_qkv`'s q/k/v), else their concatenation."""
         import torch
 
-        parts = self.params[param]
-        return torch.cat([parts[i] for i in sorted(parts)]) if len(parts) > 1 else parts[0]
+        parts = [self.params[param][i] for i in sorted(self.params[param])]
+        if len(parts) == 1:
+            return parts[0]
+        view = _adjacent_rows(parts)
+        return torch.cat(parts) if view is None else view
+
+
+def _adjacent_rows(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    """One view over `parts` if each is contiguous and starts where the one before ends in
+    the same storage (so the view holds exactly their rows, in order); else None."""
+    first = parts[0]
+    storage = first.untyped_storage().data_ptr()
+    end = first.data_ptr()
+    for part in parts:
+        if (
+            not part.is_contiguous()
+            or part.dtype != first.dtype
+            or part.shape[1:] != first.shape[1:]
+            or part.untyped_storage().data_ptr() != storage
+            or part.data_ptr() != end
+        ):
+            return None
+        end += part.numel() * part.element_size()
+    rows = sum(int(p.shape[0]) for p in parts)
+    return first.as_strided((rows, *first.shape[1:]), first.stride())
 
 
 def direct_reload(worker: Any, weights: list[tuple[str, Any]]) -> bool:
