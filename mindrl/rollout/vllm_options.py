@@ -151,7 +151,8 @@ def prepare_vllm_environment(
 
     What `platform` (the adapter for `accelerator` by default) asks for: in-process engine
     core everywhere; on CPU no VLLM_CPU_KVCACHE_SPACE (it would override the KV cache size
-    the engine is given); on GPU / NPU LOCAL_RANK as the index
+    the engine is given) and VLLM_USE_AOT_COMPILE=0 unless set (vllm-cpu 0.32 cannot load
+    its AOT artifacts back; inductor's cache can); on GPU / NPU LOCAL_RANK as the index
     of this rank's device among the visible ones; on NPU ``VLLM_ASCEND_ENABLE_NZ=0``, set
     before vllm_ascend is imported. On NPU the plugin must be importable (it registers the
     Ascend platform). Returns the adapter.
