@@ -34,7 +34,11 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         "stack_loaded": stack_loaded,
         "light_class": type(light).__qualname__,
         "auto_class": type(auto).__qualname__,
-        "pads": [light_pad, pad_id_of(auto)],
+        # the reference written out, not through pad_id_of: pad token, else end-of-sequence
+        "pads": [
+            light_pad,
+            auto.pad_token_id if auto.pad_token_id is not None else auto.eos_token_id,
+        ],
         "decodings_that_differ": differ[:5],
         "encodings_equal": light.encode(text) == auto.encode(text),
     }
