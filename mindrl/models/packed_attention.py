@@ -100,10 +100,8 @@ class SegmentedDotProductAttention(DotProductAttention):
         left-padding position) attends to itself only, so no row is empty (an empty row
         gives NaN, which a zero weight would not stop); real tokens never see those rows."""
 
-        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, heads, s, dim]
-        if k.shape[1] != q.shape[1]:  # grouped-query attention
-            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        # [b, heads, s, dim]; grouped-query key / value heads as they are
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
         seq = q.shape[2]
         out = scaled_dot_product_attention(
             q, k, v, attn_mask=_additive_mask(attention_mask, q.dtype), scale=self.softmax_scale
@@ -140,8 +138,8 @@ def segmented_causal_attention(
     scale: float,
     dropout: float = 0.0,
 ) -> Any:
-    """Causal attention within each segment of [T, heads, dim] tensors (grouped key / value
-    heads repeated to the query heads); returns [T, heads * dim].
+    """Causal attention within each segment of [T, heads, dim] tensors (grouped-query key /
+    value heads: fewer, each read by its group of query heads); returns [T, heads * dim].
 
     The segments are laid side by side as a [segments, longest, heads, dim] batch for one
     fused attention call (a loop over segments costs a kernel launch per sample and layer):
@@ -157,9 +155,7 @@ def segmented_causal_attention(
     def side_by_side(t: Any) -> Any:
         out = t.new_zeros((n, longest, *t.shape[1:]))
         out[segment, position] = t
-        if t.shape[1] != query.shape[1]:  # grouped-query attention
-            out = out.repeat_interleave(query.shape[1] // t.shape[1], dim=2)
-        return out.transpose(1, 2)  # [n, heads, longest, dim]
+        return out.transpose(1, 2)  # [n, heads (grouped-query: as they are), longest, dim]
 
     q, k, v = side_by_side(query), side_by_side(key), side_by_side(value)
     steps = torch.arange(longest, device=query.device)

@@ -36,10 +36,8 @@ class _RowGroup:
         """[rows * q_len, heads, dim] outputs, query-padding slots included."""
 
         rq = gather_rows(q, self.queries).transpose(1, 2)  # [rows, heads, q_len, dim]
+        # grouped-query key / value heads as they are: the attention call reads them per group
         rk, rv = (gather_rows(t, self.keys) for t in (k, v))
-        if rk.shape[2] != rq.shape[1]:  # grouped-query attention
-            rk = rk.repeat_interleave(rq.shape[1] // rk.shape[2], dim=2)
-            rv = rv.repeat_interleave(rq.shape[1] // rv.shape[2], dim=2)
         out = scaled_dot_product_attention(
             rq,
             rk.transpose(1, 2),

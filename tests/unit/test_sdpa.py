@@ -97,3 +97,63 @@ def test_other_calls_are_torchs_own(grad, dropout):
     assert (out.grad_fn is None) == (not grad)
     if grad:
         assert type(out.grad_fn).__name__ == type(expected.grad_fn).__name__
+
+
+def _grouped_inputs(dtype: torch.dtype, grad: bool):
+    """6 query heads over 2 key / value heads (grouped-query attention), a non-causal mask."""
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 6, 5, 8, generator=gen)
+    k, v = (torch.randn(2, 2, 7, 8, generator=gen) for _ in "kv")
+    q, k, v = (t.to(dtype).requires_grad_(grad) for t in (q, k, v))
+    allowed = torch.ones(5, 7, dtype=torch.bool).tril(2)
+    allowed[0, 5] = True
+    mask = torch.zeros(2, 1, 5, 7, dtype=dtype).masked_fill(~allowed, float("-inf"))
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["grad", "no-grad"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_grouped_query_heads_match_repeated_heads(dtype, grad):
+    """Fewer key / value heads: the same outputs and gradients as torch's attention over the
+    heads repeated to the query heads (head h reads key / value head h // 3)."""
+    q, k, v, mask = _grouped_inputs(dtype, grad)
+    repeated = [t.repeat_interleave(3, dim=1) for t in (k, v)]
+    expected = torch.nn.functional.scaled_dot_product_attention(q, *repeated, attn_mask=mask)
+    out = scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    tol = 1e-6 if dtype == torch.float32 else 2.0**-7
+    assert out.shape == expected.shape == (2, 6, 5, 8)
+    assert float((out.detach().float() - expected.detach().float()).abs().max()) <= tol
+    if not grad:
+        assert out.grad_fn is None
+        return
+    expected.float().square().sum().backward()
+    expected_grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    out.float().square().sum().backward()
+    for got, want in zip((q.grad, k.grad, v.grad), expected_grads):
+        assert got.shape == want.shape and got.dtype == dtype
+        scale = max(1.0, float(want.float().abs().max()))
+        assert float((got.float() - want.float()).abs().max()) <= 4 * tol * scale
+
+
+def test_grouped_query_heads_are_kept_once():
+    """The backward keeps the key / value heads as given, not repeated to the query heads."""
+    q, k, v, mask = _grouped_inputs(torch.bfloat16, True)
+    repeated = [t.repeat_interleave(3, dim=1) for t in (k, v)]
+    grouped_bytes, _, _ = _saved_bytes(
+        lambda: scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    )
+    repeated_bytes, _, _ = _saved_bytes(
+        lambda: scaled_dot_product_attention(q, *repeated, attn_mask=mask)
+    )
+    kv_bytes = sum(t.numel() * t.element_size() for t in (k, v))
+    assert repeated_bytes - grouped_bytes == 2 * kv_bytes  # 3 copies of each head -> 1
+
+
+def test_key_and_value_heads_must_divide_the_query_heads():
+    q, k, v, mask = _grouped_inputs(torch.float32, False)
+    with pytest.raises(ValueError, match="divide the query heads"):
+        scaled_dot_product_attention(q[:, :5], k, v, attn_mask=mask)
+    with pytest.raises(ValueError, match="must be equal"):
+        scaled_dot_product_attention(q, k, v[:, :1], attn_mask=mask)
