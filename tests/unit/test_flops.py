@@ -154,3 +154,41 @@ def test_the_roofline_table_reads_metrics_and_skips_absent_phases(tmp_path):
     floor = sum(p["floor_s"] for p in table["phases"].values())
     assert table["step_floor_fraction"] == pytest.approx(floor / 1.0, rel=1e-3)
     assert roofline.summary_line("tiny", table).startswith("roofline tiny: step ")
+
+
+def test_the_roofline_rate_is_the_mean_of_the_rates_before_and_after_the_run(tmp_path, monkeypatch):
+    """The host's speed drifts over a run: the floor takes the mean of a matmul rate measured
+    before the run and one after, and the table shows both."""
+    import json
+
+    from mindrl.config import load_run_config
+    from tools.bench import roofline
+
+    run = load_run_config("grpo_tiny_cpu", check_paths=False)[0]
+    record = {
+        "prompt_length/mean": 10.0,
+        "response_length/mean": 6.0,
+        "timing/rollout": 0.2,
+        "timing/update": 0.3,
+    }
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(
+        "\n".join(json.dumps({"step": s, "timing/step": 1.0, **record}) for s in (1, 2)) + "\n"
+    )
+    rows = roofline.step_rows(metrics)
+    measured_after: list[str] = []
+
+    def after(dtype: str) -> float:  # the measurement made after the run, at a known rate
+        measured_after.append(dtype)
+        return 30.0
+
+    monkeypatch.setattr(roofline, "matmul_gflops", after)
+    table = roofline.measure(run, rows, before_gflops=10.0)
+    assert measured_after == ["fp32"]  # grpo_tiny_cpu trains in fp32
+    assert table["matmul_gflops"] == 20.0
+    assert table["matmul_gflops_samples"] == [10.0, 30.0]
+    assert table["phases"] == roofline.roofline(run, rows, gflops=20.0)["phases"]
+    assert "at 20 GFLOP/s (before / after: 10 / 30)" in roofline.summary_line("tiny", table)
+    alone = roofline.measure(run, rows)
+    assert alone["matmul_gflops"] == 30.0 and alone["matmul_gflops_samples"] == [30.0]
+    assert "before / after" not in roofline.summary_line("tiny", alone)

@@ -20,7 +20,8 @@ Per run: wall seconds per step, tokens per step (prompt + response tokens of the
 samples), the step's mean reward, the time split by phase, and the peak memory (summed PSS)
 of the run's whole process tree (Ray workers included), sampled every second. Per mindrl run
 also its roofline (tools/bench/roofline.py): each model phase's seconds against the floor its
-FLOPs set at the machine's matmul rate for the run's precision, measured right after the run.
+FLOPs set at the machine's matmul rate for the run's precision (the mean of one measurement
+right before the run and one right after: the host's speed drifts; both are reported).
 Step 1 is warm-up (engine and allocator caches) for both stacks: s/step and tok/s are over
 steps 2..N.
 
@@ -165,6 +166,9 @@ def run_mindrl(
         "megatron_training.save_interval=0",
         *extra,
     ]
+    from tools.bench.roofline import matmul_gflops
+
+    before_gflops = matmul_gflops(precision)  # "fp32" / "bf16", as the roofline names them
     start = time.perf_counter()
     memory = run_tree(cmd, work / f"{name}.log", timeout_s=600 + steps * 300)
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
@@ -189,18 +193,21 @@ def run_mindrl(
         "peak_pss_gib": memory.gib,
         "peak_by_process_gib": memory.by_process,
         "overrides": list(extra),
-        "roofline": run_roofline(config, cmd[4:], out_dir / "metrics.jsonl"),
+        "roofline": run_roofline(config, cmd[4:], out_dir / "metrics.jsonl", before_gflops),
     }
 
 
-def run_roofline(config: str, overrides: list[str], metrics_path: Path) -> dict:
+def run_roofline(
+    config: str, overrides: list[str], metrics_path: Path, before_gflops: float
+) -> dict:
     """The run's phases against their matmul floor (tools/bench/roofline.py), at this
-    machine's matmul rate for the run's precision, measured now (the run's tree has exited)."""
+    machine's matmul rate for the run's precision: the mean of `before_gflops` (measured just
+    before the run) and one measured now (the run's tree has exited)."""
     from mindrl.config import load_run_config
     from tools.bench.roofline import measure, step_rows
 
     run = load_run_config(config, overrides, check_paths=False)[0]
-    return measure(run, step_rows(metrics_path))
+    return measure(run, step_rows(metrics_path), before_gflops)
 
 
 def run_trl(

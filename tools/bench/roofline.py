@@ -5,7 +5,8 @@ arithmetic sets at this machine's matmul rate, measured here, in the same invoca
 
 The FLOPs come from `mindrl/planning/flops.py` (model shape x the step's real prompt and
 response tokens, from metrics.jsonl); the rate from torch matmuls of 2048 x 2048 at the
-run's training dtype on all cores. Per phase: floor seconds = FLOPs / rate, and
+run's training dtype on all cores (tools/bench/e2e.py: the mean of one measurement right
+before the run and one right after). Per phase: floor seconds = FLOPs / rate, and
 floor_fraction = floor / measured (1.0 would be matmul speed throughout; the rest is
 overhead: padding, small kernels, communication, Python). Means over steps 2..N (step 1
 warms caches). tools/bench/e2e.py adds the same table to each mindrl run it measures.
@@ -87,10 +88,22 @@ def roofline(run: Any, rows: list[dict[str, Any]], gflops: float) -> dict[str, A
     }
 
 
-def measure(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """`roofline` at the matmul rate of the run's training dtype, measured now."""
-    dtype = "bf16" if run.actor.precision.bf16 else "fp32"
-    table = roofline(run, rows, matmul_gflops(dtype))
+def training_dtype(run: Any) -> str:
+    return "bf16" if run.actor.precision.bf16 else "fp32"
+
+
+def measure(
+    run: Any, rows: list[dict[str, Any]], before_gflops: float | None = None
+) -> dict[str, Any]:
+    """`roofline` at the matmul rate of the run's training dtype measured now, averaged with
+    `before_gflops` (the same rate measured just before the run) where given: this host's
+    speed drifts over minutes (620-990 GFLOP/s at bf16 within an hour), and one sample after
+    a run of several minutes can land on either side of the speed the run had. Both samples
+    are reported (`matmul_gflops_samples`), so their spread shows."""
+    dtype = training_dtype(run)
+    samples = [*([before_gflops] if before_gflops is not None else []), matmul_gflops(dtype)]
+    table = roofline(run, rows, sum(samples) / len(samples))
+    table["matmul_gflops_samples"] = [round(g, 1) for g in samples]
     table["dtype"] = dtype
     return table
 
@@ -100,9 +113,13 @@ def summary_line(name: str, table: dict[str, Any]) -> str:
         f"{phase} {p['floor_fraction']:.2f} ({p['measured_s']:.1f}s vs {p['floor_s']:.1f}s)"
         for phase, p in table["phases"].items()
     ]
+    samples = table.get("matmul_gflops_samples", [])
+    spread = (
+        f" (before / after: {' / '.join(f'{g:.0f}' for g in samples)})" if len(samples) > 1 else ""
+    )
     return (
         f"roofline {name}: step {table['step_floor_fraction']:.2f} of floor "
-        f"at {table['matmul_gflops']:.0f} GFLOP/s; " + ", ".join(parts)
+        f"at {table['matmul_gflops']:.0f} GFLOP/s{spread}; " + ", ".join(parts)
     )
 
 
