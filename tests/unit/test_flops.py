@@ -119,29 +119,42 @@ def test_a_moe_layer_counts_its_top_k_experts_and_router_by_hand():
     assert linear_macs_per_token(arch) == 64 + 2 * (16 + 8) + 32
 
 
-def test_the_roofline_table_reads_metrics_and_skips_absent_phases(tmp_path):
+# a step's metrics as the roofline reads them: 10 prompt and 6 response tokens per sample
+STEP_RECORD = {
+    "prompt_length/mean": 10.0,
+    "response_length/mean": 6.0,
+    "timing/rollout": 0.2,
+    "timing/ref": 0.05,
+    "timing/update": 0.3,
+    "timing/old_log_prob": 0.0,  # not run at one epoch
+}
+
+
+def _tiny_run_and_rows(tmp_path, records: list[dict]):
+    """grpo_tiny_cpu's RunConfig and the roofline's rows read back from `records` written as
+    a metrics.jsonl."""
     import json
 
     from mindrl.config import load_run_config
     from tools.bench import roofline
 
-    run = load_run_config("grpo_tiny_cpu", check_paths=False)[0]
-    record = {
-        "prompt_length/mean": 10.0,
-        "response_length/mean": 6.0,
-        "timing/rollout": 0.2,
-        "timing/ref": 0.05,
-        "timing/update": 0.3,
-        "timing/old_log_prob": 0.0,  # not run at one epoch
-    }
-    lines = [
-        json.dumps({"step": 1, "timing/step": 9.0, **record, "timing/rollout": 5.0}),
-        json.dumps({"step": 2, "timing/step": 1.0, **record}),
-        json.dumps({"step": 2, "val/score": 0.5}),
-    ]
     metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text("\n".join(lines) + "\n")
-    rows = roofline.step_rows(metrics)
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return load_run_config("grpo_tiny_cpu", check_paths=False)[0], roofline.step_rows(metrics)
+
+
+def test_the_roofline_table_reads_metrics_and_skips_absent_phases(tmp_path):
+    from tools.bench import roofline
+
+    record = STEP_RECORD
+    run, rows = _tiny_run_and_rows(
+        tmp_path,
+        [
+            {"step": 1, "timing/step": 9.0, **record, "timing/rollout": 5.0},
+            {"step": 2, "timing/step": 1.0, **record},
+            {"step": 2, "val/score": 0.5},
+        ],
+    )
     table = roofline.roofline(run, rows, gflops=10.0)
 
     samples = run.train_prompts * run.rl.algorithm.n_samples_per_prompt
@@ -159,23 +172,11 @@ def test_the_roofline_table_reads_metrics_and_skips_absent_phases(tmp_path):
 def test_the_roofline_rate_is_the_mean_of_the_rates_before_and_after_the_run(tmp_path, monkeypatch):
     """The host's speed drifts over a run: the floor takes the mean of a matmul rate measured
     before the run and one after, and the table shows both."""
-    import json
-
-    from mindrl.config import load_run_config
     from tools.bench import roofline
 
-    run = load_run_config("grpo_tiny_cpu", check_paths=False)[0]
-    record = {
-        "prompt_length/mean": 10.0,
-        "response_length/mean": 6.0,
-        "timing/rollout": 0.2,
-        "timing/update": 0.3,
-    }
-    metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text(
-        "\n".join(json.dumps({"step": s, "timing/step": 1.0, **record}) for s in (1, 2)) + "\n"
+    run, rows = _tiny_run_and_rows(
+        tmp_path, [{"step": s, "timing/step": 1.0, **STEP_RECORD} for s in (1, 2)]
     )
-    rows = roofline.step_rows(metrics)
     measured_after: list[str] = []
 
     def after(dtype: str) -> float:  # the measurement made after the run, at a known rate
