@@ -1,4 +1,5 @@
-"""tools/bench/e2e.py's bookkeeping: steady-state summary and process-tree peak memory."""
+"""tools/bench/e2e.py's bookkeeping (steady-state summary, ratios) and process_tree.py's peak
+memory."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import sys
 
 import pytest
 
-from tools.bench import e2e
+from tools.bench import e2e, process_tree
 
 
 def test_summary_skips_the_warm_up_step():
@@ -32,7 +33,7 @@ def test_tree_memory_counts_children_and_failures_name_the_log(tmp_path):
         "\"import time; b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096]); "
         'time.sleep(2)"], check=True)'
     )
-    peak = e2e.run_tree([sys.executable, "-c", code], tmp_path / "ok.log", timeout_s=60)
+    peak = process_tree.run_tree([sys.executable, "-c", code], tmp_path / "ok.log", timeout_s=60)
     assert peak.gib > 0.25
     # where the peak is: the parent and its child, largest first, adding up to the peak
     assert len(peak.by_process) == 2
@@ -40,7 +41,7 @@ def test_tree_memory_counts_children_and_failures_name_the_log(tmp_path):
     assert shares[0] > 0.25 and shares == sorted(shares, reverse=True)
     assert abs(sum(shares) - peak.gib) < 0.01
     with pytest.raises(SystemExit, match="exit code 3"):
-        e2e.run_tree(
+        process_tree.run_tree(
             [sys.executable, "-c", "print('boom'); raise SystemExit(3)"],
             tmp_path / "bad.log",
             timeout_s=60,
@@ -124,7 +125,7 @@ def test_trl_run_gets_the_mindrl_overrides(tmp_path, monkeypatch):
         out = cmd[cmd.index("--out") + 1]
         with open(out, "w") as f:
             f.write('{"steps": []}')
-        return e2e.MemoryPeak(1.0)
+        return process_tree.MemoryPeak(1.0)
 
     monkeypatch.setattr(e2e, "run_tree", fake_tree)
     overrides = ("~ref_config", "actor_config.recompute_granularity=full")

@@ -16,7 +16,7 @@ end still lands in the run's temporary output folder (it is after the last step,
 not count in the step times). Per run: seconds per step over steps 2..N (step 1 warms the
 engine and allocator caches), the mean seconds of every `timing/*` phase over the same steps,
 the peak summed PSS of the whole process tree (Ray workers and vLLM included, sampled every
-second by tools/bench/e2e.py's TreeMemory), the trainable parameter count the driver logs,
+second by tools/bench/process_tree.py's TreeMemory), the trainable parameter count the driver logs,
 the reward (`grpo/score`) of every step, and how busy the machine was meanwhile (load
 average, the share of the cores the run's tree got): step times are only comparable at
 similar load. A run that fails or times out is recorded with its error and the other still
@@ -38,7 +38,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tools.bench.e2e import MINDRL_PHASES, run_tree  # noqa: E402
+from tools.bench.e2e import MINDRL_PHASES  # noqa: E402
+from tools.bench.process_tree import run_tree  # noqa: E402
 
 LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
 STEP_KEYS = {  # metrics.jsonl key -> per-step field kept beside the timings
