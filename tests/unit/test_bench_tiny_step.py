@@ -61,3 +61,8 @@ def test_summary_gives_both_runs_their_ratio_and_the_target():
         "target<=0.25s below"
     )
     assert tiny_step.summary_line({"shipped": run(0.5, 0.5), "lean": run(0.2, 0.2)}).endswith("ok")
+    # the host's matmul rate that day, before / after the runs, closes the line
+    runs = {"shipped": run(0.5, 0.5), "lean": run(0.2, 0.2)}
+    assert tiny_step.summary_line(runs, (97.6, 88.2)).endswith(
+        "target<=0.25s ok (host fp32 matmul 98 / 88 GFLOP/s before / after)"
+    )

@@ -16,8 +16,10 @@ steps, per-operator work, Ray calls, the driver. Per run: the median over steps
 warmup+1..N of `timing/step`, of each phase, and of the wall time between two steps'
 metric rows (which adds the driver's logging after a step); peak summed PSS; the score at
 the first and last step (both runs must learn the task alike). The lean run is also given
-as a ratio to the shipped one measured in the same invocation. Writes
-bench/results/tiny_step.json; the last line is the summary.
+as a ratio to the shipped one measured in the same invocation, and the host's fp32 matmul
+rate is measured before and after the runs (the step follows the host's speed, which swings
+~2x between hosts and days). Writes bench/results/tiny_step.json; the last line is the
+summary.
 """
 
 from __future__ import annotations
@@ -75,15 +77,25 @@ def step_medians(out_dir: Path, warmup: int) -> dict[str, Any]:
     }
 
 
-def summary_line(results: dict[str, dict[str, Any]]) -> str:
+def summary_line(
+    results: dict[str, dict[str, Any]], host_gflops: tuple[float, float] | None = None
+) -> str:
+    """The last line; `host_gflops`: the fp32 matmul rate before and after the runs, so a
+    step time can be read against the host's speed that day (it swings ~2x between hosts
+    and hours, and the tiny step follows it)."""
     shipped, lean = (results[n]["median_step_s"] for n in ("shipped", "lean"))
     best = min(shipped, lean)
     verdict = "ok" if best <= TARGET_S else "below"
+    host = (
+        f" (host fp32 matmul {host_gflops[0]:.0f} / {host_gflops[1]:.0f} GFLOP/s before / after)"
+        if host_gflops
+        else ""
+    )
     return (
         f"tiny_step: shipped={shipped:.3f}s lean={lean:.3f}s (x{lean / shipped:.2f}) "
         f"wall shipped={results['shipped']['median_wall_s']:.3f}s "
         f"lean={results['lean']['median_wall_s']:.3f}s "
-        f"target<={TARGET_S}s {verdict}"
+        f"target<={TARGET_S}s {verdict}{host}"
     )
 
 
@@ -107,9 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < args.warmup + 2:
         parser.error("--steps must exceed --warmup by at least 2")
 
+    from tools.bench.roofline import matmul_gflops
     from tools.bench.variants import finish, run_variants
 
     load_start = os.getloadavg()
+    before = matmul_gflops("fp32")
     results = run_variants(
         "tiny_step",
         CONFIG,
@@ -126,9 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         "warmup": args.warmup,
         "target_s": TARGET_S,
         "lean_overrides": LEAN,
+        "host_fp32_matmul_gflops": [before, matmul_gflops("fp32")],
         "runs": results,
     }
-    return finish("tiny_step", args.out, report, load_start, summary_line)
+    host = tuple(report["host_fp32_matmul_gflops"])
+    return finish("tiny_step", args.out, report, load_start, lambda runs: summary_line(runs, host))
 
 
 if __name__ == "__main__":
