@@ -16,11 +16,11 @@ end still lands in the run's temporary output folder (it is after the last step,
 not count in the step times). Per run: seconds per step over steps 2..N (step 1 warms the
 engine and allocator caches), the mean seconds of every `timing/*` phase over the same steps,
 the peak summed PSS of the whole process tree (Ray workers and vLLM included, sampled every
-second by tools/bench/process_tree.py's TreeMemory), the trainable parameter count the driver logs,
-the reward (`grpo/score`) of every step, and how busy the machine was meanwhile (load
-average, the share of the cores the run's tree got): step times are only comparable at
-similar load. A run that fails or times out is recorded with its error and the other still
-runs. Writes bench/results/lora.json; the last line is the summary.
+second by tools/bench/process_tree.py's TreeMemory), the trainable parameter count the
+driver logs, the reward (`grpo/score`) of every step, and how busy the machine was meanwhile
+(load average, the share of the cores the run's tree got): step times are only comparable
+at similar load. A run that fails or times out is recorded with its error and the other
+still runs. Writes bench/results/lora.json; the last line is the summary.
 """
 
 from __future__ import annotations
