@@ -31,8 +31,27 @@ CHUNK_BYTES = 32 << 20  # fp32 logits of one chunk of tokens
 KEPT_PROBS_BYTES = 256 << 20
 
 
+# fp32 on CPU: the logits GEMM a block of vocabulary rows at a time. One [170 tokens, 49k]
+# GEMM ran at 52-60 GFLOP/s on a Zen 3 EPYC (AVX2) where 1024-row blocks ran at 74-77 (the
+# GEMMs of the backward, with the vocabulary as their inner or outer dimension, at 90-100
+# either way): ~1.4 s less per SmolLM2 pass of ~3.8k scored tokens. 0: one GEMM.
+VOCAB_BLOCK_ROWS = 1024
+
+
 def chunk_tokens(vocab: int) -> int:
     return max(1, CHUNK_BYTES // (4 * vocab))
+
+
+def _blocked_logits(hidden: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None) -> bool:
+    """Whether the logits GEMM runs in blocks of vocabulary rows (see VOCAB_BLOCK_ROWS)."""
+    import torch
+
+    return (
+        0 < VOCAB_BLOCK_ROWS < weight.shape[0]
+        and hidden.device.type == "cpu"
+        and hidden.dtype == weight.dtype == torch.float32
+        and (out is None or out.dtype == torch.float32)
+    )
 
 
 def _chunk_logits(
@@ -44,7 +63,12 @@ def _chunk_logits(
     """fp32 logits of a chunk of tokens (into `out` where given)."""
     import torch
 
-    if out is None:
+    if _blocked_logits(hidden, weight, out):
+        x = hidden.new_empty((hidden.shape[0], weight.shape[0])) if out is None else out
+        for j in range(0, weight.shape[0], VOCAB_BLOCK_ROWS):
+            rows = slice(j, j + VOCAB_BLOCK_ROWS)
+            torch.mm(hidden, weight[rows].t(), out=x[:, rows])
+    elif out is None:
         x = (hidden @ weight.t()).float()
     elif hidden.dtype == out.dtype:
         x = torch.mm(hidden, weight.t(), out=out)

@@ -37,13 +37,16 @@ def _small_chunks(monkeypatch):
     monkeypatch.setattr(chunked, "CHUNK_BYTES", 4 * VOCAB * 64)  # 64 tokens: 5 chunks
 
 
+# the fp32 logits GEMM in one piece and in blocks of 128 vocabulary rows (the last one short)
+@pytest.mark.parametrize("vocab_block_rows", [0, 128])
 @pytest.mark.parametrize("kept_probs_bytes", [256 << 20, 0])  # kept / recomputed logits
 @pytest.mark.parametrize("entropy_grad", [False, True])
 @pytest.mark.parametrize(("dtype", "tol"), [(torch.float32, 1e-5), (torch.bfloat16, None)])
 def test_chunked_head_equals_the_plain_log_softmax(
-    dtype, tol, entropy_grad, kept_probs_bytes, monkeypatch
+    dtype, tol, entropy_grad, kept_probs_bytes, vocab_block_rows, monkeypatch
 ):
     monkeypatch.setattr(chunked, "KEPT_PROBS_BYTES", kept_probs_bytes)
+    monkeypatch.setattr(chunked, "VOCAB_BLOCK_ROWS", vocab_block_rows)
     hidden, weight, labels, g_picked, g_entropy = _inputs(dtype)
     picked, entropy = log_probs_and_entropy(
         hidden @ weight.t(), labels, vocab_size=REAL_VOCAB, entropy_grad=entropy_grad
@@ -66,7 +69,9 @@ def test_chunked_head_equals_the_plain_log_softmax(
         assert gap <= bound, f"{name}: {gap}"
 
 
-def test_chunked_head_at_a_temperature_without_and_with_gradients():
+@pytest.mark.parametrize("vocab_block_rows", [0, 128])
+def test_chunked_head_at_a_temperature_without_and_with_gradients(vocab_block_rows, monkeypatch):
+    monkeypatch.setattr(chunked, "VOCAB_BLOCK_ROWS", vocab_block_rows)
     hidden, weight, labels, g_picked, _ = _inputs(torch.float32, seed=1)
     picked = vocab_parallel_log_probs(
         hidden @ weight.t(), labels, vocab_size=REAL_VOCAB, temperature=0.7
