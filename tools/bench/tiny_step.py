@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     from tools.bench.variants import finish, run_variants
 
     load_start = os.getloadavg()
-    before = matmul_gflops("fp32")
+    rate_before = matmul_gflops("fp32")
     results = run_variants(
         "tiny_step",
         CONFIG,
@@ -134,17 +134,18 @@ def main(argv: list[str] | None = None) -> int:
         measure=lambda out_dir: step_medians(out_dir, args.warmup),
         describe=describe,
     )
+    rate_after = matmul_gflops("fp32")
     report = {
         "config_name": CONFIG,
         "steps": args.steps,
         "warmup": args.warmup,
         "target_s": TARGET_S,
         "lean_overrides": LEAN,
-        "host_fp32_matmul_gflops": [before, matmul_gflops("fp32")],
+        "host_fp32_matmul_gflops": [rate_before, rate_after],
         "runs": results,
     }
-    host = tuple(report["host_fp32_matmul_gflops"])
-    return finish("tiny_step", args.out, report, load_start, lambda runs: summary_line(runs, host))
+    rates = (rate_before, rate_after)
+    return finish("tiny_step", args.out, report, load_start, lambda runs: summary_line(runs, rates))
 
 
 if __name__ == "__main__":
