@@ -20,6 +20,9 @@ def test_the_lean_run_packs_shares_prompts_and_keeps_the_reference_in_the_actor(
     assert run.reference_snapshot and run.ref is not None  # the actor's weights, no process
     assert run.rl.algorithm.recompute_old_log_prob == "in_update"
     assert not run.generate.enforce_eager  # vLLM's compiled mode: start-up paid once
+    with_hf, _ = load_run_config(tiny_step.CONFIG, tiny_step.LEAN_HF, check_paths=False)
+    assert with_hf.generate.rollout_backend == "hf"
+    assert pass_packing(with_hf.rl.micro_batching, "update") == update  # only the backend
     shipped, _ = load_run_config(tiny_step.CONFIG, [], check_paths=False)
     assert not pass_packing(shipped.rl.micro_batching, "update").remove_padding
     assert not shipped.reference_snapshot
@@ -65,4 +68,11 @@ def test_summary_gives_both_runs_their_ratio_and_the_target():
     runs = {"shipped": run(0.5, 0.5), "lean": run(0.2, 0.2)}
     assert tiny_step.summary_line(runs, (97.6, 88.2)).endswith(
         "target<=0.25s ok (host fp32 matmul 98 / 88 GFLOP/s before / after)"
+    )
+    # a failed HF run leaves the line as it was; a measured one sits beside the lean run
+    assert tiny_step.summary_line({**runs, "lean_hf": {"error": "timeout"}}) == (
+        tiny_step.summary_line(runs)
+    )
+    assert "lean=0.200s (x0.40) lean_hf=0.180s wall" in tiny_step.summary_line(
+        {**runs, "lean_hf": run(0.18, 0.19)}
     )

@@ -2,6 +2,7 @@
 
     python tools/bench/tiny_step.py [--steps 25] [--warmup 5]
                                     [--out bench/results/tiny_step.json] [--work-dir DIR]
+                                    [--hf-rollout]
 
 Runs `cli/train_grpo.py --config-name grpo_tiny_cpu` twice, one after the other, each in a
 fresh process tree, same seed and data:
@@ -18,8 +19,10 @@ metric rows (which adds the driver's logging after a step); peak summed PSS; the
 the first and last step (both runs must learn the task alike). The lean run is also given
 as a ratio to the shipped one measured in the same invocation, and the host's fp32 matmul
 rate is measured before and after the runs (the step follows the host's speed, which swings
-~2x between hosts and days). Writes bench/results/tiny_step.json; the last line is the
-summary.
+~2x between hosts and days). `--hf-rollout` adds a third run, the lean one with mindrl's HF
+decode loop as the rollout backend (`LEAN_HF`): for a toy model vLLM's per-step cost is above
+a plain loop's; it is reported beside the two, the verdict stays theirs. Writes
+bench/results/tiny_step.json; the last line is the summary.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ LEAN = [
     "~ref_config",
     "generate_config.enforce_eager=false",
 ]
+LEAN_HF = [*LEAN, "generate_config.rollout_backend=hf"]
 PHASES = ("rollout", "reward", "log_probs", "update", "sync")
 
 
@@ -91,9 +95,14 @@ def summary_line(
         if host_gflops
         else ""
     )
+    lean_hf = (
+        f"lean_hf={results['lean_hf']['median_step_s']:.3f}s "
+        if "median_step_s" in results.get("lean_hf", {})
+        else ""
+    )
     return (
         f"tiny_step: shipped={shipped:.3f}s lean={lean:.3f}s (x{lean / shipped:.2f}) "
-        f"wall shipped={results['shipped']['median_wall_s']:.3f}s "
+        f"{lean_hf}wall shipped={results['shipped']['median_wall_s']:.3f}s "
         f"lean={results['lean']['median_wall_s']:.3f}s "
         f"target<={TARGET_S}s {verdict}{host}"
     )
@@ -115,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "tiny_step.json")
     parser.add_argument("--work-dir", type=Path, help="keep the runs' outputs here (else temp)")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="per run")
+    parser.add_argument(
+        "--hf-rollout", action="store_true", help="also the lean run with the HF rollout backend"
+    )
     args = parser.parse_args(argv)
     if args.steps < args.warmup + 2:
         parser.error("--steps must exceed --warmup by at least 2")
@@ -128,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         "tiny_step",
         CONFIG,
         args.steps,
-        {"shipped": [], "lean": LEAN},
+        {"shipped": [], "lean": LEAN, **({"lean_hf": LEAN_HF} if args.hf_rollout else {})},
         args.work_dir,
         args.timeout_s,
         measure=lambda out_dir: step_medians(out_dir, args.warmup),
@@ -141,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmup": args.warmup,
         "target_s": TARGET_S,
         "lean_overrides": LEAN,
+        "lean_hf_overrides": LEAN_HF if args.hf_rollout else None,
         "host_fp32_matmul_gflops": [rate_before, rate_after],
         "runs": results,
     }
