@@ -9,7 +9,11 @@ Counted (one FLOP = one multiply or one add, so a multiply-accumulate is 2):
 - causal attention: for the token at position t, scores and the weighted sum over t
   positions, per query head;
 - the output layer only where a log-prob is needed: the response tokens (running it over
-  prompt positions, or over padding, is overhead the floor does not include).
+  prompt positions, or over padding, is overhead the floor does not include);
+- a prompt once for all the samples drawn from it: its samples' rows start with the same
+  tokens, so one pass over them serves every row (vLLM's prefix caching does that in the
+  rollout, `share_prompt_forward` in the training passes; running it once per row is overhead
+  the floor does not include). Each response token still attends to its prompt.
 Generation (prefill + decode with a KV cache) does the same linear and attention arithmetic
 as one forward pass over the whole sequence. A training backward pass is twice the forward
 (input and weight gradients), once when the weights are frozen (LoRA's base: input
@@ -44,21 +48,31 @@ def attention_macs(arch: ModelArchConfig, tokens: float) -> float:
     return arch.num_layers * 2 * q * tokens * (tokens + 1) / 2
 
 
-def forward_flops(arch: ModelArchConfig, prompt: float, response: float) -> float:
-    """One forward pass over one sequence, with log-probs of its response tokens."""
+def forward_flops(
+    arch: ModelArchConfig, prompt: float, response: float, rows_per_prompt: int = 1
+) -> float:
+    """One forward pass over one sequence, with log-probs of its response tokens; its prompt's
+    own arithmetic (linears and the prompt's attention to itself) is split over the
+    `rows_per_prompt` rows that share it."""
+    if rows_per_prompt < 1:
+        raise ValueError(f"rows_per_prompt must be >= 1, got {rows_per_prompt}")
     tokens = prompt + response
-    macs = linear_macs_per_token(arch) * tokens + attention_macs(arch, tokens)
+    shared = (1.0 - 1.0 / rows_per_prompt) * prompt  # this row's part others computed
+    macs = linear_macs_per_token(arch) * (tokens - shared) + attention_macs(arch, tokens)
+    macs -= (1.0 - 1.0 / rows_per_prompt) * attention_macs(arch, prompt)
     macs += arch.hidden_size * arch.vocab_size * response  # output layer
     return 2.0 * macs
 
 
 @dataclass(frozen=True)
 class StepTokens:
-    """What one RL step processes: `samples` sequences of mean prompt and response length."""
+    """What one RL step processes: `samples` sequences of mean prompt and response length,
+    `samples_per_prompt` of them drawn from each prompt."""
 
     samples: int
     prompt: float
     response: float
+    samples_per_prompt: int = 1
 
 
 def phase_flops(
@@ -72,7 +86,9 @@ def phase_flops(
     """The floor FLOPs of each model phase of one step, named as the step's `timing/*`
     metrics name them: rollout (generation), ref and old_log_prob (a forward each), update
     (forward + backward per epoch)."""
-    forward = step.samples * forward_flops(arch, step.prompt, step.response)
+    forward = step.samples * forward_flops(
+        arch, step.prompt, step.response, step.samples_per_prompt
+    )
     backward = (1.0 if frozen_base else 2.0) * forward
     update = forward + backward + (forward if full_recompute else 0.0)
     return {

@@ -54,6 +54,14 @@ def test_a_one_layer_model_by_hand():
     # prompt 2 + response 1: 3 tokens through the layers, one through the 4 x 10 output
     assert forward_flops(arch, 2, 1) == 2 * (160 * 3 + 48 + 40)
 
+    # two rows sharing that prompt: its 2 tokens once (linears 2 x 160, attention 2 x 4 x 3),
+    # each row's response token 160 + attention over 3 positions 2 x 4 x 3 + output 40
+    pair_macs = 160 * 2 + 2 * 4 * 3 + 2 * (160 + 2 * 4 * 3 + 40)
+    assert 2 * forward_flops(arch, 2, 1, rows_per_prompt=2) == 2 * pair_macs  # 2 rows, 2 a MAC
+    with pytest.raises(ValueError, match="rows_per_prompt must be >= 1"):
+        forward_flops(arch, 2, 1, rows_per_prompt=0)
+    assert phase_flops(arch, StepTokens(4, 2, 1, samples_per_prompt=2))["ref"] == 2 * 2 * pair_macs
+
     step = StepTokens(samples=5, prompt=2, response=1)
     plain = phase_flops(arch, step)
     assert plain["rollout"] == plain["ref"] == plain["old_log_prob"] == 5 * 1136
@@ -158,12 +166,17 @@ def test_the_roofline_table_reads_metrics_and_skips_absent_phases(tmp_path):
     table = roofline.roofline(run, rows, gflops=10.0)
 
     samples = run.train_prompts * run.rl.algorithm.n_samples_per_prompt
-    flops = phase_flops(run.actor.model, StepTokens(samples, 10.0, 6.0))
+    per_prompt = run.rl.algorithm.n_samples_per_prompt
+    flops = phase_flops(run.actor.model, StepTokens(samples, 10.0, 6.0, per_prompt))
+    # each prompt once for its samples: below the floor of every row running its own prompt
+    assert per_prompt > 1
+    assert flops["rollout"] < phase_flops(run.actor.model, StepTokens(samples, 10.0, 6.0))["ref"]
     assert set(table["phases"]) == {"rollout", "ref", "update"}  # step 1 left out, too
     rollout = table["phases"]["rollout"]
     assert rollout["measured_s"] == 0.2
-    assert rollout["floor_s"] == pytest.approx(flops["rollout"] / 1e10, rel=1e-3)
-    assert rollout["floor_fraction"] == pytest.approx(rollout["floor_s"] / 0.2, rel=1e-3)
+    assert rollout["gflop"] == pytest.approx(flops["rollout"] / 1e9, rel=1e-3)
+    assert rollout["floor_s"] == pytest.approx(flops["rollout"] / 1e10, abs=5e-5)  # 4 places
+    assert rollout["floor_fraction"] == pytest.approx(flops["rollout"] / 1e10 / 0.2, abs=5e-5)
     floor = sum(p["floor_s"] for p in table["phases"].values())
     assert table["step_floor_fraction"] == pytest.approx(floor / 1.0, rel=1e-3)
     assert roofline.summary_line("tiny", table).startswith("roofline tiny: step ")

@@ -4,7 +4,8 @@ arithmetic sets at this machine's matmul rate, measured here, in the same invoca
     python tools/bench/roofline.py --run-dir OUTPUT_DIR [--config-name NAME] [overrides ...]
 
 The FLOPs come from `mindrl/planning/flops.py` (model shape x the step's real prompt and
-response tokens, from metrics.jsonl); the rate from torch matmuls of 2048 x 2048 at the
+response tokens, from metrics.jsonl; each prompt counted once for its n samples, as vLLM's
+prefix caching and `share_prompt_forward` run it); the rate from torch matmuls of 2048 x 2048 at the
 run's training dtype on all cores (tools/bench/e2e.py: the mean of one measurement right
 before the run and one right after). Per phase: floor seconds = FLOPs / rate, and
 floor_fraction = floor / measured (1.0 would be matmul speed throughout; the rest is
@@ -56,10 +57,13 @@ def roofline(run: Any, rows: list[dict[str, Any]], gflops: float) -> dict[str, A
     from mindrl.planning.flops import StepTokens, phase_flops
 
     steady = rows[1:] or rows
-    samples = run.train_prompts * run.rl.algorithm.n_samples_per_prompt
+    per_prompt = run.rl.algorithm.n_samples_per_prompt
+    samples = run.train_prompts * per_prompt
     phases: dict[str, dict[str, float]] = {}
     for row in steady:
-        tokens = StepTokens(samples, row["prompt_length/mean"], row["response_length/mean"])
+        tokens = StepTokens(
+            samples, row["prompt_length/mean"], row["response_length/mean"], per_prompt
+        )
         flops = phase_flops(
             run.actor.model,
             tokens,
