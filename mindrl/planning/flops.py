@@ -49,17 +49,17 @@ def attention_macs(arch: ModelArchConfig, tokens: float) -> float:
 
 
 def forward_flops(
-    arch: ModelArchConfig, prompt: float, response: float, rows_per_prompt: int = 1
+    arch: ModelArchConfig, prompt: float, response: float, samples_per_prompt: int = 1
 ) -> float:
     """One forward pass over one sequence, with log-probs of its response tokens; its prompt's
     own arithmetic (linears and the prompt's attention to itself) is split over the
-    `rows_per_prompt` rows that share it."""
-    if rows_per_prompt < 1:
-        raise ValueError(f"rows_per_prompt must be >= 1, got {rows_per_prompt}")
+    `samples_per_prompt` rows that share it."""
+    if samples_per_prompt < 1:
+        raise ValueError(f"samples_per_prompt must be >= 1, got {samples_per_prompt}")
+    others = 1.0 - 1.0 / samples_per_prompt  # the share of the prompt other rows compute
     tokens = prompt + response
-    shared = (1.0 - 1.0 / rows_per_prompt) * prompt  # this row's part others computed
-    macs = linear_macs_per_token(arch) * (tokens - shared) + attention_macs(arch, tokens)
-    macs -= (1.0 - 1.0 / rows_per_prompt) * attention_macs(arch, prompt)
+    macs = linear_macs_per_token(arch) * (tokens - others * prompt)
+    macs += attention_macs(arch, tokens) - others * attention_macs(arch, prompt)
     macs += arch.hidden_size * arch.vocab_size * response  # output layer
     return 2.0 * macs
 

@@ -57,9 +57,9 @@ def test_a_one_layer_model_by_hand():
     # two rows sharing that prompt: its 2 tokens once (linears 2 x 160, attention 2 x 4 x 3),
     # each row's response token 160 + attention over 3 positions 2 x 4 x 3 + output 40
     pair_macs = 160 * 2 + 2 * 4 * 3 + 2 * (160 + 2 * 4 * 3 + 40)
-    assert 2 * forward_flops(arch, 2, 1, rows_per_prompt=2) == 2 * pair_macs  # 2 rows, 2 a MAC
-    with pytest.raises(ValueError, match="rows_per_prompt must be >= 1"):
-        forward_flops(arch, 2, 1, rows_per_prompt=0)
+    assert 2 * forward_flops(arch, 2, 1, samples_per_prompt=2) == 2 * pair_macs  # 2 rows, 2 a MAC
+    with pytest.raises(ValueError, match="samples_per_prompt must be >= 1"):
+        forward_flops(arch, 2, 1, samples_per_prompt=0)
     assert phase_flops(arch, StepTokens(4, 2, 1, samples_per_prompt=2))["ref"] == 2 * 2 * pair_macs
 
     step = StepTokens(samples=5, prompt=2, response=1)
@@ -165,8 +165,8 @@ def test_the_roofline_table_reads_metrics_and_skips_absent_phases(tmp_path):
     )
     table = roofline.roofline(run, rows, gflops=10.0)
 
-    samples = run.train_prompts * run.rl.algorithm.n_samples_per_prompt
     per_prompt = run.rl.algorithm.n_samples_per_prompt
+    samples = run.train_prompts * per_prompt
     flops = phase_flops(run.actor.model, StepTokens(samples, 10.0, 6.0, per_prompt))
     # each prompt once for its samples: below the floor of every row running its own prompt
     assert per_prompt > 1
