@@ -6,8 +6,8 @@ arithmetic sets at this machine's matmul rate, measured here, in the same invoca
 The FLOPs come from `mindrl/planning/flops.py` (model shape x the step's real prompt and
 response tokens, from metrics.jsonl; each prompt counted once for its n samples, as vLLM's
 prefix caching and `share_prompt_forward` run it); the rate from torch matmuls of 2048 x
-2048 at the run's training dtype on all cores (tools/bench/e2e.py: the mean of one measurement right
-before the run and one right after). Per phase: floor seconds = FLOPs / rate, and
+2048 at the run's training dtype on all cores (tools/bench/e2e.py: the mean of one
+measurement right before the run and one right after). Per phase: floor seconds = FLOPs / rate, and
 floor_fraction = floor / measured (1.0 would be matmul speed throughout; the rest is
 overhead: padding, small kernels, communication, Python). Means over steps 2..N (step 1
 warms caches). tools/bench/e2e.py adds the same table to each mindrl run it measures.
