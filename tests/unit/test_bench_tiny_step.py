@@ -76,3 +76,46 @@ def test_summary_gives_both_runs_their_ratio_and_the_target():
     assert "lean=0.200s (x0.40) lean_hf=0.180s wall" in tiny_step.summary_line(
         {**runs, "lean_hf": run(0.18, 0.19)}
     )
+
+
+def _measured(step_s: float, wall_s: float, rollout_s: float, peak: float) -> dict:
+    return {
+        "median_step_s": step_s,
+        "median_wall_s": wall_s,
+        "median_phase_s": {"rollout": rollout_s, "update": 0.1},
+        "summary": {"peak_pss_gib": peak},
+    }
+
+
+def test_rounds_combine_into_medians_with_their_range():
+    rounds = [
+        {"shipped": _measured(0.5, 0.52, 0.2, 1.9), "lean": _measured(0.33, 0.34, 0.15, 1.6)},
+        {"shipped": _measured(0.8, 0.81, 0.3, 1.8), "lean": _measured(0.23, 0.24, 0.11, 1.5)},
+        {"shipped": _measured(0.54, 0.55, 0.19, 2.0), "lean": _measured(0.25, 0.27, 0.12, 1.7)},
+    ]
+    got = tiny_step.combine_rounds(rounds)
+    lean = got["lean"]
+    assert lean["median_step_s"] == 0.25 and lean["round_step_s"] == [0.33, 0.23, 0.25]
+    assert lean["median_wall_s"] == 0.27
+    assert lean["median_phase_s"] == {"rollout": 0.12, "update": 0.1}
+    assert lean["summary"]["peak_pss_gib"] == 1.7  # the middle round's own record
+    assert got["shipped"]["median_step_s"] == 0.54 and got["shipped"]["summary"] == {
+        "peak_pss_gib": 2.0
+    }
+    line = tiny_step.summary_line(got)
+    assert line.startswith(
+        "tiny_step: shipped=0.540s [0.500-0.800] lean=0.250s [0.230-0.330] (x0.46) "
+    )
+    assert line.endswith("target<=0.25s ok")
+    # an even count: the step is the mean of the middle two, the record the lower one's
+    two = tiny_step.combine_rounds(rounds[:2])["lean"]
+    assert two["median_step_s"] == pytest.approx(0.28) and two["summary"]["peak_pss_gib"] == 1.5
+
+
+def test_a_round_that_failed_is_not_hidden_by_the_others():
+    ok = {"shipped": _measured(0.5, 0.5, 0.2, 1.9), "lean": _measured(0.3, 0.3, 0.1, 1.6)}
+    failed = {"shipped": _measured(0.6, 0.6, 0.2, 1.9), "lean": {"error": "timed out"}}
+    got = tiny_step.combine_rounds([ok, failed])
+    assert got["lean"]["error"] == "timed out" and got["lean"]["round_step_s"] == [0.3]
+    assert "error" not in got["shipped"]
+    assert tiny_step.combine_rounds([failed])["lean"] == {"error": "timed out"}

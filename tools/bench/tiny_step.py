@@ -2,7 +2,7 @@
 
     python tools/bench/tiny_step.py [--steps 25] [--warmup 5]
                                     [--out bench/results/tiny_step.json] [--work-dir DIR]
-                                    [--hf-rollout]
+                                    [--hf-rollout] [--repeats 1]
 
 Runs `cli/train_grpo.py --config-name grpo_tiny_cpu` twice, one after the other, each in a
 fresh process tree, same seed and data:
@@ -21,7 +21,10 @@ as a ratio to the shipped one measured in the same invocation, and the host's fp
 rate is measured before and after the runs (the step follows the host's speed, which swings
 ~2x between hosts and days). `--hf-rollout` adds a third run, the lean one with mindrl's HF
 decode loop as the rollout backend (`LEAN_HF`): for a toy model vLLM's per-step cost is above
-a plain loop's; it is reported beside the two, the verdict stays theirs. Writes
+a plain loop's; it is reported beside the two, the verdict stays theirs. `--repeats R` runs
+the variants R times in rounds (shipped, lean, ... then again), so a swing of the host falls
+on every variant alike; each variant then reports the median over its rounds and their range
+(one run's median moves by 0.1 s between runs minutes apart on a 2-core VM). Writes
 bench/results/tiny_step.json; the last line is the summary.
 """
 
@@ -81,6 +84,44 @@ def step_medians(out_dir: Path, warmup: int) -> dict[str, Any]:
     }
 
 
+def combine_rounds(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """One result per variant from R rounds of runs: the median over its measured rounds of the
+    step, wall and each phase, `round_step_s` (every round's step median, in order); its other
+    fields (peak memory, scores, command) are those of the round whose step is the lower
+    median. A variant that failed in any round carries that round's error, so the bench
+    reports the failure rather than a median over the runs that happened to finish."""
+    combined: dict[str, dict[str, Any]] = {}
+    for name in rounds[0]:
+        measured = [r[name] for r in rounds if "median_step_s" in r.get(name, {})]
+        errors = [r[name]["error"] for r in rounds if "error" in r.get(name, {})]
+        if not measured:
+            combined[name] = {"error": errors[0] if errors else "not run"}
+            continue
+        steps = [r["median_step_s"] for r in measured]
+        middle = measured[steps.index(statistics.median_low(steps))]
+        phases = {
+            p: statistics.median(r["median_phase_s"][p] for r in measured)
+            for p in middle["median_phase_s"]
+            if all(p in r["median_phase_s"] for r in measured)
+        }
+        combined[name] = {
+            **middle,
+            "median_step_s": statistics.median(steps),
+            "median_wall_s": statistics.median(r["median_wall_s"] for r in measured),
+            "median_phase_s": phases,
+            "round_step_s": steps,
+            **({"error": errors[0]} if errors else {}),
+        }
+    return combined
+
+
+def _step(res: dict[str, Any]) -> str:
+    """A variant's step median, and its rounds' range when it ran more than once."""
+    rounds = res.get("round_step_s", [])
+    spread = f" [{min(rounds):.3f}-{max(rounds):.3f}]" if len(rounds) > 1 else ""
+    return f"{res['median_step_s']:.3f}s{spread}"
+
+
 def summary_line(
     results: dict[str, dict[str, Any]], host_gflops: tuple[float, float] | None = None
 ) -> str:
@@ -96,12 +137,13 @@ def summary_line(
         else ""
     )
     lean_hf = (
-        f"lean_hf={results['lean_hf']['median_step_s']:.3f}s "
+        f"lean_hf={_step(results['lean_hf'])} "
         if "median_step_s" in results.get("lean_hf", {})
         else ""
     )
     return (
-        f"tiny_step: shipped={shipped:.3f}s lean={lean:.3f}s (x{lean / shipped:.2f}) "
+        f"tiny_step: shipped={_step(results['shipped'])} lean={_step(results['lean'])} "
+        f"(x{lean / shipped:.2f}) "
         f"{lean_hf}wall shipped={results['shipped']['median_wall_s']:.3f}s "
         f"lean={results['lean']['median_wall_s']:.3f}s "
         f"target<={TARGET_S}s {verdict}{host}"
@@ -127,30 +169,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hf-rollout", action="store_true", help="also the lean run with the HF rollout backend"
     )
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of all the variants")
     args = parser.parse_args(argv)
     if args.steps < args.warmup + 2:
         parser.error("--steps must exceed --warmup by at least 2")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
 
     from tools.bench.roofline import matmul_gflops
     from tools.bench.variants import finish, run_variants
 
     load_start = os.getloadavg()
     rate_before = matmul_gflops("fp32")
-    results = run_variants(
-        "tiny_step",
-        CONFIG,
-        args.steps,
-        {"shipped": [], "lean": LEAN, **({"lean_hf": LEAN_HF} if args.hf_rollout else {})},
-        args.work_dir,
-        args.timeout_s,
-        measure=lambda out_dir: step_medians(out_dir, args.warmup),
-        describe=describe,
-    )
+    variants = {"shipped": [], "lean": LEAN, **({"lean_hf": LEAN_HF} if args.hf_rollout else {})}
+    rounds = []
+    for i in range(args.repeats):
+        if args.repeats > 1:
+            print(f"tiny_step: round {i + 1} of {args.repeats}", flush=True)
+        work = args.work_dir / f"round{i + 1}" if args.work_dir else None
+        rounds.append(
+            run_variants(
+                "tiny_step",
+                CONFIG,
+                args.steps,
+                variants,
+                work,
+                args.timeout_s,
+                measure=lambda out_dir: step_medians(out_dir, args.warmup),
+                describe=describe,
+            )
+        )
+    results = combine_rounds(rounds)
     rate_after = matmul_gflops("fp32")
     report = {
         "config_name": CONFIG,
         "steps": args.steps,
         "warmup": args.warmup,
+        "repeats": args.repeats,
         "target_s": TARGET_S,
         "lean_overrides": LEAN,
         "lean_hf_overrides": LEAN_HF if args.hf_rollout else None,
