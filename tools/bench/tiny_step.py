@@ -186,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.repeats):
         if args.repeats > 1:
             print(f"tiny_step: round {i + 1} of {args.repeats}", flush=True)
-        work = args.work_dir / f"round{i + 1}" if args.work_dir else None
+        work = args.work_dir
+        if work is not None and args.repeats > 1:
+            work = work / f"round{i + 1}"  # each round's runs kept apart
         rounds.append(
             run_variants(
                 "tiny_step",
