@@ -1,19 +1,25 @@
 """Which precision is fast on this CPU, for the CPU configs (`${cpu_precision:...}`).
 
-bf16 pays on a CPU only with bf16 matmul hardware (AVX512-BF16 or AMX): measured on an AMD
-EPYC with avx512_bf16, a 2048^2 matmul ran 755 GFLOP/s in bf16 against 156 in fp32 and the
-SmolLM2 step 2.5x faster in bf16; on the AVX2-only hosts bf16 matmuls run at about half the
-fp32 rate and every bf16 run was slower. So the CPU configs train in megatron's bf16 mixed
-precision and roll out in bf16 where the hardware has it, in fp32 elsewhere. Reads the flags
-the kernel reports (no torch import: the dry run resolves configs without it).
+bf16 pays on a CPU only where its bf16 matmuls beat fp32: Xeons with AMX ran a 2048^2 bf16
+matmul at 3-6x the fp32 rate and the SmolLM2 step 2.5x faster in bf16; on AVX2-only hosts bf16
+ran at about half the fp32 rate and every bf16 run was slower; on a Xeon that shows
+avx512_bf16 without AMX, bf16 ran at ~0.6x fp32. The flags alone do not tell, so where they
+allow bf16 (amx_bf16 / avx512_bf16) the rates are measured once per machine
+(`matmul_probe.py`) and bf16 is taken only at >= BF16_MIN_SPEEDUP of fp32. The CPU configs then
+train in megatron's bf16 mixed precision and roll out in bf16, in fp32 elsewhere. Reads the
+kernel's flags without importing torch (the dry run resolves configs without it).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from mindrl.accelerator.matmul_probe import MatmulRates, cached_matmul_rates
+
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # bf16 matmul hardware, as /proc/cpuinfo names it
+BF16_MIN_SPEEDUP = 1.25  # bf16 rounds more than fp32: take it only where it clearly pays
 CPUINFO = Path("/proc/cpuinfo")
 
 
@@ -45,11 +51,44 @@ class CpuPrecision:
         return "bf16" if self.bf16 else "fp32"
 
 
-def fast_cpu_precision(flags: set[str] | None = None) -> CpuPrecision:
-    flags = cpu_flags() if flags is None else flags
+def choose_cpu_precision(flags: set[str], rates: MatmulRates | str | None) -> CpuPrecision:
+    """The decision, from the flags and the measured rates (or why they could not be measured:
+    then only AMX, fast on every host seen, counts as bf16 hardware)."""
     found = [f for f in BF16_FLAGS if f in flags]
-    if found:
-        return CpuPrecision(True, f"this CPU has bf16 matmul hardware ({', '.join(found)})")
-    return CpuPrecision(
-        False, "this CPU has no bf16 matmul hardware (no amx_bf16 / avx512_bf16): fp32 is faster"
+    if not found:
+        return CpuPrecision(
+            False,
+            "this CPU has no bf16 matmul hardware (no amx_bf16 / avx512_bf16): fp32 is faster",
+        )
+    has = f"this CPU has bf16 matmul flags ({', '.join(found)})"
+    if not isinstance(rates, MatmulRates):
+        amx = "amx_bf16" in found
+        return CpuPrecision(
+            amx,
+            f"{has}, its matmul rates not measured ({rates}): "
+            + ("AMX taken as fast" if amx else "without AMX fp32 is assumed faster"),
+        )
+    measured = (
+        f"bf16 matmul at {rates.bf16_speedup:.2f}x fp32 here "
+        f"({rates.bf16_gflops:.0f} against {rates.fp32_gflops:.0f} GFLOP/s)"
     )
+    if rates.bf16_speedup >= BF16_MIN_SPEEDUP:
+        return CpuPrecision(True, f"{has}, {measured}")
+    return CpuPrecision(False, f"{has} but {measured}: fp32 is faster")
+
+
+@functools.cache
+def fast_cpu_precision() -> CpuPrecision:
+    """This machine's fast precision (the matmul probe runs once per machine, then cached)."""
+    try:
+        cpuinfo = CPUINFO.read_text()
+    except OSError:
+        cpuinfo = ""
+    flags = cpu_flags(cpuinfo)
+    rates: MatmulRates | str | None = None
+    if any(f in flags for f in BF16_FLAGS):
+        try:
+            rates, _ = cached_matmul_rates(cpuinfo)
+        except (RuntimeError, OSError, ValueError) as exc:
+            rates = str(exc)
+    return choose_cpu_precision(flags, rates)
