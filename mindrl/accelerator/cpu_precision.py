@@ -1,13 +1,14 @@
 """Which precision is fast on this CPU, for the CPU configs (`${cpu_precision:...}`).
 
 bf16 pays on a CPU only where its bf16 matmuls beat fp32: Xeons with AMX ran a 2048^2 bf16
-matmul at 3-6x the fp32 rate and the SmolLM2 step 2.5x faster in bf16; on AVX2-only hosts bf16
-ran at about half the fp32 rate and every bf16 run was slower; on a Xeon that shows
-avx512_bf16 without AMX, bf16 ran at ~0.6x fp32. The flags alone do not tell, so where they
-allow bf16 (amx_bf16 / avx512_bf16) the rates are measured once per machine
-(`matmul_probe.py`) and bf16 is taken only at >= BF16_MIN_SPEEDUP of fp32. The CPU configs then
-train in megatron's bf16 mixed precision and roll out in bf16, in fp32 elsewhere. Reads the
-kernel's flags without importing torch (the dry run resolves configs without it).
+matmul at 3-6x the fp32 rate and the SmolLM2 step 1.5-2.5x faster in bf16; on AVX2-only
+hosts bf16 ran at about half the fp32 rate and every bf16 run was slower; on a Xeon that
+shows avx512_bf16 without AMX, bf16 ran at ~0.6x fp32 and the SmolLM2 step 1.25x slower.
+The flags alone do not tell, so where they allow bf16 (amx_bf16 / avx512_bf16) the rates are
+measured once per machine (`matmul_probe.py`) and bf16 is taken only at >= BF16_MIN_SPEEDUP
+of fp32. The CPU configs then train in megatron's bf16 mixed precision and roll out in bf16,
+in fp32 elsewhere. Imports no torch itself (the dry run resolves configs without it): the
+probe measures in a child process.
 """
 
 from __future__ import annotations

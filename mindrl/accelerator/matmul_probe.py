@@ -114,10 +114,13 @@ def cached_matmul_rates(cpuinfo: str) -> tuple[MatmulRates, Path]:
     except (OSError, ValueError, TypeError):
         pass
     rates = measure_in_child()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps(asdict(rates)))
-    partial.replace(path)  # atomic: concurrent resolutions read a whole file or none
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(asdict(rates)))
+        partial.replace(path)  # atomic: concurrent resolutions read a whole file or none
+    except OSError:
+        pass  # a read-only home: the measurement still counts, it is just made again next time
     return rates, path
 
 

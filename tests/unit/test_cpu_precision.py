@@ -65,6 +65,14 @@ def test_the_probe_measures_in_a_child_once_then_reads_its_cache(tmp_path, monke
     assert cached_matmul_rates(BF16_HOST)[0].fp32_gflops > 1.0
 
 
+def test_a_cache_it_cannot_write_does_not_lose_the_measurement(tmp_path, monkeypatch):
+    blocked = tmp_path / "file_not_folder"
+    blocked.write_text("")
+    monkeypatch.setenv("MINDRL_CACHE_DIR", str(blocked))  # mkdir below a file fails
+    rates, path = cached_matmul_rates(BF16_HOST)
+    assert rates.fp32_gflops > 0 and not path.exists()
+
+
 def test_a_stuck_probe_is_reported_not_waited_on():
     with pytest.raises(RuntimeError, match="took over"):
         matmul_probe.measure_in_child(timeout_s=0.01)
