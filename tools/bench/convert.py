@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -37,6 +36,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+from tools.bench.host import host_facts  # noqa: E402
 
 TARGET = 0.5
 CASES = ("smollm2", "qwen3_moe")
@@ -251,18 +252,6 @@ def summary_line(cases: dict[str, dict]) -> str:
     return f"convert: {ratios} target>={TARGET:.2f} {'ok' if ok else 'below'}"
 
 
-def cpu_model() -> str:
-    """lscpu's "Model name" (platform.processor() is often empty on Linux)."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + str(CASES))
@@ -308,8 +297,7 @@ def main() -> None:
     result = {
         "cases": results,
         "target": TARGET,
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
+        **host_facts(),
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

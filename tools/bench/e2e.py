@@ -44,6 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from tools.bench.host import host_facts  # noqa: E402
 from tools.bench.process_tree import run_tree  # noqa: E402
 from tools.bench.roofline import summary_line as roofline_line  # noqa: E402
 
@@ -316,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "config_name": args.config_name,
         "steps": args.steps,
-        "cpu_count": os.cpu_count(),
+        **host_facts(),
         "load_avg_start": load_start,
         "load_avg_end": os.getloadavg(),
         "fastest_mindrl": fastest_mindrl(results),

