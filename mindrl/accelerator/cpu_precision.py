@@ -24,18 +24,27 @@ BF16_MIN_SPEEDUP = 1.25  # bf16 rounds more than fp32: take it only where it cle
 CPUINFO = Path("/proc/cpuinfo")
 
 
-def cpu_flags(cpuinfo: str | None = None) -> set[str]:
-    """The first processor's flags (`/proc/cpuinfo`; empty where there is none)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = CPUINFO.read_text()
-        except OSError:
-            return set()
+def read_cpuinfo() -> str:
+    """`/proc/cpuinfo`'s text; empty where there is none."""
+    try:
+        return CPUINFO.read_text()
+    except OSError:
+        return ""
+
+
+def cpuinfo_field(cpuinfo: str, *keys: str) -> str | None:
+    """The first processor's value of the first of `keys` present (`model name`, `flags`...)."""
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
+        if key.strip() in keys:
+            return value.strip()
+    return None
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The first processor's flags (`/proc/cpuinfo`; empty where there is none)."""
+    text = read_cpuinfo() if cpuinfo is None else cpuinfo
+    return set((cpuinfo_field(text, "flags", "Features") or "").split())
 
 
 @dataclass(frozen=True)
@@ -81,10 +90,7 @@ def choose_cpu_precision(flags: set[str], rates: MatmulRates | str | None) -> Cp
 @functools.cache
 def fast_cpu_precision() -> CpuPrecision:
     """This machine's fast precision (the matmul probe runs once per machine, then cached)."""
-    try:
-        cpuinfo = CPUINFO.read_text()
-    except OSError:
-        cpuinfo = ""
+    cpuinfo = read_cpuinfo()
     flags = cpu_flags(cpuinfo)
     rates: MatmulRates | str | None = None
     if any(f in flags for f in BF16_FLAGS):

@@ -9,35 +9,22 @@ without a separate `lscpu`.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
-from mindrl.accelerator.cpu_precision import cpu_flags
+from mindrl.accelerator.cpu_precision import cpu_flags, cpuinfo_field, read_cpuinfo
 
 # the flags that decide the matmul rates of a CPU run, in the order of their weight
 MATMUL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
-CPUINFO = Path("/proc/cpuinfo")
-
-
-def _first(cpuinfo: str, key: str) -> str | None:
-    for line in cpuinfo.splitlines():
-        name, _, value = line.partition(":")
-        if name.strip() == key:
-            return value.strip()
-    return None
 
 
 def host_facts(cpuinfo: str | None = None) -> dict[str, Any]:
     """The CPU's model name, family / model numbers, its matmul flags and the core count."""
     if cpuinfo is None:
-        try:
-            cpuinfo = CPUINFO.read_text()
-        except OSError:
-            cpuinfo = ""
+        cpuinfo = read_cpuinfo()
     flags = cpu_flags(cpuinfo)
-    family, model = _first(cpuinfo, "cpu family"), _first(cpuinfo, "model")
+    family, model = cpuinfo_field(cpuinfo, "cpu family"), cpuinfo_field(cpuinfo, "model")
     return {
-        "cpu_model": _first(cpuinfo, "model name") or "unknown",
+        "cpu_model": cpuinfo_field(cpuinfo, "model name") or "unknown",
         "cpu_family_model": f"{family}/{model}" if family and model else None,
         "matmul_flags": [flag for flag in MATMUL_FLAGS if flag in flags],
         "cpu_count": os.cpu_count(),
