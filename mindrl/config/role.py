@@ -26,9 +26,13 @@ MINDSPEED_KERNEL = handed(
     MINDSPEED,
     elsewhere="mindrl builds a fused kernel of its own (torch.compile: models/host_fusions.py)",
 )
-# MindSpeed's fused rotary embedding: megatron's unfused rope computes the same rotation, and a
-# compiled one measured slower on CPU (2.1 against 1.8 ms, fwd + bwd of SmolLM2's queries)
-MINDSPEED_ROPE = handed(MINDSPEED)
+# MindSpeed's fused rotary embedding: off the NPU mindrl's own (one autograd node, megatron's
+# arithmetic; a torch.compile'd one measured slower on CPU: 2.1 against 1.8 ms)
+MINDSPEED_ROPE = handed(
+    MINDSPEED,
+    elsewhere="mindrl's own fused rotary embedding in megatron's fused-rope slots "
+    "(models/fused_rope.py)",
+)
 UNFUSED = no_effect(
     "mindrl builds the unfused megatron-core path (identical numerics on every device)"
 )

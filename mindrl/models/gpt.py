@@ -133,6 +133,10 @@ def transformer_config_from_arch(
         if unknown:
             raise ValueError(f"unknown TransformerConfig fields in overrides: {sorted(unknown)}")
         kwargs.update(overrides)
+    if kwargs["apply_rope_fusion"]:
+        from mindrl.models.fused_rope import install_fused_rope
+
+        install_fused_rope()  # megatron's fused-rope slots: TE's kernel, else mindrl's own
     return TransformerConfig(**_filter_fields(TransformerConfig, kwargs))
 
 

@@ -54,6 +54,10 @@ def transformer_overrides(cfg: RoleConfig) -> dict[str, Any]:
         # megatron's own fused SwiGLU (compiled by its jit_fuser): one pass each way, keeps
         # only its input (`models/host_fusions.py`); NPU hands the key to MindSpeed as well
         out["bias_activation_fusion"] = True
+    if cfg.kernels.use_fused_rotary_pos_emb and mindrl_fuses_here():
+        # megatron's fused-rope path: transformer engine's kernel where it is installed, else
+        # mindrl's (one autograd node per rotation, `models/fused_rope.py`)
+        out["apply_rope_fusion"] = True
     return out
 
 
