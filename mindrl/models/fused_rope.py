@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from mindrl.models.segments import segment_positions
+
 
 def install_fused_rope() -> None:
     """Fill megatron-core's fused-rope slots with this module's kernels where they are empty
@@ -60,17 +62,9 @@ def fused_rope_thd(
 
         group = parallel_state.get_context_parallel_group()
         return _apply_rotary_pos_emb_thd(t, cu_seqlens, freqs, cp_group=group)
-    total = t.shape[0]
-    if freqs.shape[0] != total:
-        freqs = freqs[_positions_in_sequence(cu_seqlens, total)]
+    if freqs.shape[0] != t.shape[0]:
+        freqs = freqs[segment_positions(cu_seqlens)[1]]
     return fused_rope_bshd(t.unsqueeze(1), freqs).squeeze(1)
-
-
-def _positions_in_sequence(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
-    """Each packed token's position within its own sequence."""
-    bounds = cu_seqlens.to(torch.long)
-    starts = torch.repeat_interleave(bounds[:-1], bounds[1:] - bounds[:-1], output_size=total)
-    return torch.arange(total, dtype=torch.long, device=cu_seqlens.device) - starts
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: int) -> torch.Tensor:

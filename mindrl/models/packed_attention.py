@@ -21,6 +21,7 @@ from megatron.core.transformer.dot_product_attention import DotProductAttention
 
 from mindrl.models.row_gather import gather_rows
 from mindrl.models.sdpa import scaled_dot_product_attention
+from mindrl.models.segments import segment_positions
 from mindrl.models.shared_prefix import SharedPrefixParams
 
 
@@ -149,8 +150,7 @@ def segmented_causal_attention(
     bounds = cu_seqlens.to(device=query.device, dtype=torch.long)
     lengths = bounds[1:] - bounds[:-1]
     n, longest = int(lengths.numel()), int(lengths.max())
-    segment = torch.repeat_interleave(torch.arange(n, device=query.device), lengths)
-    position = torch.arange(query.shape[0], device=query.device) - bounds[segment]
+    segment, position = segment_positions(bounds)
 
     def side_by_side(t: Any) -> Any:
         out = t.new_zeros((n, longest, *t.shape[1:]))
