@@ -19,6 +19,7 @@ from mindrl.config.generate import GenerateConfig
 from mindrl.config.model_family import infer_family
 from mindrl.config.pipeline import with_pipeline_defaults
 from mindrl.config.ppo import PPO
+from mindrl.config.profiler import ProfilerConfig
 from mindrl.config.rl import RL_GROUPS, RLConfig
 from mindrl.config.role import ROLE_GROUPS, ROLE_NAMES, RoleConfig
 from mindrl.config.run import RunConfig, RuntimeConfig
@@ -33,6 +34,7 @@ TOP_LEVEL_KEYS = (
     "rl_config",
     "generate_config",
     "runtime",
+    "profiler_config",
 )
 
 
@@ -142,6 +144,7 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
     runtime = build_dataclass(
         RuntimeConfig, _section(raw, "runtime", problems), "runtime", problems
     )
+    profiler = _build_profiler(_section(raw, "profiler_config", problems), problems)
     # a broken group still lets the roles be checked, against its defaults
     rl = RLConfig(**{k: v if v is not None else RL_GROUPS[k]() for k, v in rl_groups.items()})
     res = rl.resources
@@ -186,7 +189,23 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
         generate=generate,
         runtime=runtime,
         notes=tuple(dict.fromkeys(notes)),
+        profiler=profiler or ProfilerConfig(),
     )
+
+
+def _build_profiler(section: Mapping[str, Any], problems: _Problems) -> ProfilerConfig | None:
+    """`profiler_config.integrated`, the only part MindSpeed-RL reads."""
+    for key in section:
+        if key != "integrated":
+            problems.add(
+                f"profiler_config.{key}: unknown; MindSpeed-RL (and mindrl) read only "
+                "profiler_config.integrated"
+            )
+    integrated = section.get("integrated") or {}
+    if not isinstance(integrated, Mapping):
+        problems.add("profiler_config.integrated: expected a mapping")
+        return None
+    return build_dataclass(ProfilerConfig, integrated, "profiler_config.integrated", problems)
 
 
 def _build_critic(

@@ -49,7 +49,8 @@ class Target:
 MINDSPEED = Target("mindspeed", "npu", "MindSpeed's megatron adaptor")
 VLLM_ASCEND = Target("vllm_ascend", "npu", "vllm-ascend (additional_config)")
 HCCL_ENV = Target("hccl_env", "npu", "the HCCL environment", env=True)
-TARGETS = (MINDSPEED, VLLM_ASCEND, HCCL_ENV)
+TORCH_NPU_PROFILER = Target("torch_npu_profiler", "npu", "torch_npu's profiler")
+TARGETS = (MINDSPEED, VLLM_ASCEND, HCCL_ENV, TORCH_NPU_PROFILER)
 
 
 @dataclass(frozen=True)
@@ -204,9 +205,6 @@ def apply_fate(f: dataclasses.Field, owner: type, value: Any, path: str) -> str 
 # -- top-level sections mindrl has no group for ------------------------------------------------
 
 SECTION_FATES: dict[str, Fate] = {
-    "profiler_config": NoEffect(
-        "MindStudio profiling is not built; mindrl logs per-phase step timings"
-    ),
     "msprobe_config": NoEffect("msprobe accuracy dumps are not built"),
 }
 

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from mindrl.config.fields import spec
 from mindrl.config.generate import GenerateConfig
+from mindrl.config.profiler import ProfilerConfig
 from mindrl.config.rl import RLConfig
 from mindrl.config.role import RoleConfig
 
@@ -81,6 +82,7 @@ class RunConfig:
         "rl": "rl_config",
         "generate": "generate_config",
         "runtime": "runtime",
+        "profiler": "profiler_config.integrated",
     }
 
     config_name: str
@@ -92,6 +94,7 @@ class RunConfig:
     runtime: RuntimeConfig
     notes: tuple[str, ...] = ()  # what the builder decided (model family), said at start
     critic: RoleConfig | None = None  # PPO's value model (stage ray_ppo)
+    profiler: ProfilerConfig = ProfilerConfig()  # MindSpeed-RL's profiler_config.integrated
 
     @property
     def roles(self) -> list[RoleConfig]:

@@ -161,6 +161,7 @@ class Progress:
 def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progress) -> None:
     """Validation before training if asked, the steps, checkpoints, the final export."""
     from mindrl.trainer.checkpointing import export_final
+    from mindrl.trainer.profiling_steps import StepProfiling
 
     loop = t.run.rl.loop
     progress.completed = t.start_step
@@ -170,8 +171,10 @@ def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progres
         return
     pipeline = OneStepOffPipeline(t) if t.run.rl.resources.rollout_staleness else None
     partial = partial_rollout(t)
+    profiling = StepProfiling(t.run.profiler, t.roles.groups)
     for step in range(t.start_step, t.total_steps):
         between_phases()
+        profiling.begin(step - t.start_step + 1)
         metrics, scored = grpo_step(t, step, between_phases, pipeline, partial)
         t.metrics.log(step + 1, metrics)
         progress.completed = step + 1
@@ -182,6 +185,7 @@ def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progres
             t.checkpoints.save(step + 1, t.roles.actor, state, t.roles.critic)
         if validation_due(t, step + 1):
             _log_validation(t, step + 1)
+    profiling.finish()
     export_final(t.run, t.roles.actor)
 
 

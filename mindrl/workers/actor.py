@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mindrl.config.run import RunConfig
+from mindrl.workers.profiling import profiled
 from mindrl.workers.trainable import TrainableWorker
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ class ActorWorker(TrainableWorker):
     def rollout_rank(self) -> int:
         return self._hybrid().slice.index
 
+    @profiled("actor_generate")
     def generate(
         self, prompts: list[list[int]], sampling: RolloutSampling
     ) -> list[RolloutRow] | None:
@@ -125,6 +127,7 @@ class ActorWorker(TrainableWorker):
         if self.hybrid is not None:
             self.hybrid.train_mode()
 
+    @profiled("actor_generate")
     def generate_in_rollout_mode(
         self, prompts: list[list[int]], sampling: RolloutSampling
     ) -> list[RolloutRow] | None:
@@ -156,6 +159,7 @@ class ActorWorker(TrainableWorker):
             return self.compute_log_prob(batch, "ref")
 
     # -- training ---------------------------------------------------------------------------
+    @profiled("actor_update")
     def update(self, batch: SampleBatch, step: int) -> dict[str, float]:
         self.train_mode()
         updater = self._updater()

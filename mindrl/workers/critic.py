@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mindrl.config.run import RunConfig
+from mindrl.workers.profiling import profiled
 from mindrl.workers.trainable import TrainableWorker
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class CriticWorker(TrainableWorker):
         )
         load_score_head(self.model_chunks, load)
 
+    @profiled("critic_compute_values")
     def compute_values(self, batch: SampleBatch) -> torch.Tensor:
         """[B, S-1] values of `batch` (no grad), 0 off the response tokens."""
         from mindrl.data.batch import micro_batch_size
@@ -91,6 +93,7 @@ class CriticWorker(TrainableWorker):
             )
         return values * batch.response_mask.to(values.dtype)
 
+    @profiled("critic_update")
     def update(self, batch: SampleBatch, step: int) -> dict[str, float]:
         with self.releasing_memory():
             return self._updater().update(batch, step)

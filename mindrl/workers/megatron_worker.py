@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from mindrl.cluster.worker import Worker
 from mindrl.config.role import RoleConfig
 from mindrl.config.run import RunConfig
+from mindrl.workers.profiling import ProfiledWorker
 
 if TYPE_CHECKING:
     import torch
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class MegatronModelWorker(Worker):
+class MegatronModelWorker(ProfiledWorker, Worker):
     """One rank of a role's megatron-core model (forward only unless a subclass trains it)."""
 
     def __init__(self, run: RunConfig, role: str):
@@ -158,7 +159,9 @@ class MegatronModelWorker(Worker):
 
         for chunk in self.model_chunks:
             chunk.eval()
-        with self.releasing_memory():
+        ref = (pass_name or self.role) == "ref"
+        stage = "reference_compute_log_prob" if ref else "actor_compute_log_prob"
+        with self.stage_profiler().stage(stage), self.releasing_memory():
             return forward_only(
                 self.model_chunks,
                 batch.input_ids,

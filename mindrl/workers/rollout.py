@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from mindrl.cluster.worker import Worker
 from mindrl.config.run import RunConfig
+from mindrl.workers.profiling import ProfiledWorker, profiled
 
 if TYPE_CHECKING:
     from mindrl.rollout.base import RolloutEngine, RolloutSampling
     from mindrl.rollout.rows import RolloutRow
 
 
-class RolloutWorker(Worker):
+class RolloutWorker(ProfiledWorker, Worker):
     """One inference engine; the group's ranks split the prompts like DP ranks."""
 
     def __init__(self, run: RunConfig):
@@ -39,6 +40,7 @@ class RolloutWorker(Worker):
     def rollout_rank(self) -> int:
         return self.rank
 
+    @profiled("actor_generate")
     def generate(self, prompts: list[list[int]], sampling: RolloutSampling) -> list[RolloutRow]:
         from mindrl.rollout.rows import rollout_rows
 

@@ -27,8 +27,8 @@ import mindrl
 from mindrl.config import ConfigError, compose_raw, load_run_config
 from mindrl.config.build import build_run_config
 from mindrl.config.fates import (
-    HCCL_ENV,
     MINDSPEED,
+    TARGETS,
     VLLM_ASCEND,
     Handed,
     Honoured,
@@ -415,7 +415,7 @@ def test_fates_are_well_formed():
         if isinstance(fate, (NoEffect, Refused)):
             assert fate.reason, where
         if isinstance(fate, Handed):
-            assert fate.to and all(t in (MINDSPEED, VLLM_ASCEND, HCCL_ENV) for t in fate.to), where
+            assert fate.to and all(t in TARGETS for t in fate.to), where
         if isinstance(fate, Refused) and fate.allowed is not None:
             default = f.default if f.default is not dataclasses.MISSING else None
             assert default in fate.allowed, f"{where}: its default must be allowed"
@@ -585,12 +585,12 @@ def test_a_handed_key_is_handed_on_its_backend_and_warned_elsewhere(fate_log):
 
 
 def test_a_mindspeed_section_mindrl_has_no_group_for_warns_once(fate_log):
-    assert section_fate("profiler_config", {"profile": False}) is None
-    assert section_fate("profiler_config", {}) is None  # empty: nothing to warn about
-    assert section_fate("profiler_config", {"profile": True}) is None
-    assert section_fate("profiler_config", {"profile": True}) is None
-    assert len(_messages(fate_log, "profiler_config")) == 1
-    assert "MindStudio profiling is not built" in _messages(fate_log, "profiler_config")[0]
+    assert section_fate("msprobe_config", {"msprobe": False}) is None
+    assert section_fate("msprobe_config", {}) is None  # empty: nothing to warn about
+    assert section_fate("msprobe_config", {"msprobe": True}) is None
+    assert section_fate("msprobe_config", {"msprobe": True}) is None
+    assert len(_messages(fate_log, "msprobe_config")) == 1
+    assert "msprobe accuracy dumps are not built" in _messages(fate_log, "msprobe_config")[0]
 
 
 def test_handoffs_of_one_role_name_its_keys():
