@@ -172,20 +172,22 @@ def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progres
     pipeline = OneStepOffPipeline(t) if t.run.rl.resources.rollout_staleness else None
     partial = partial_rollout(t)
     profiling = StepProfiling(t.run.profiler, t.roles.groups)
-    for step in range(t.start_step, t.total_steps):
-        between_phases()
-        profiling.begin(step - t.start_step + 1)
-        metrics, scored = grpo_step(t, step, between_phases, pipeline, partial)
-        t.metrics.log(step + 1, metrics)
-        progress.completed = step + 1
-        if t.run.rl.logging.log_completions:
-            t.metrics.log_completions(step + 1, scored.completions)
-        if t.checkpoints.due(step + 1):
-            state = run_state_now(t, step + 1, pipeline, partial)
-            t.checkpoints.save(step + 1, t.roles.actor, state, t.roles.critic)
-        if validation_due(t, step + 1):
-            _log_validation(t, step + 1)
-    profiling.finish()
+    try:
+        for step in range(t.start_step, t.total_steps):
+            between_phases()
+            profiling.begin(step - t.start_step + 1)
+            metrics, scored = grpo_step(t, step, between_phases, pipeline, partial)
+            t.metrics.log(step + 1, metrics)
+            progress.completed = step + 1
+            if t.run.rl.logging.log_completions:
+                t.metrics.log_completions(step + 1, scored.completions)
+            if t.checkpoints.due(step + 1):
+                state = run_state_now(t, step + 1, pipeline, partial)
+                t.checkpoints.save(step + 1, t.roles.actor, state, t.roles.critic)
+            if validation_due(t, step + 1):
+                _log_validation(t, step + 1)
+    finally:  # a capture still running is written, after a stop or a failure too
+        profiling.finish()
     export_final(t.run, t.roles.actor)
 
 

@@ -34,17 +34,19 @@ class StepProfiling:
         self.told = True
 
     def finish(self) -> list[str]:
-        """Stop the captures still running; the folders traces went to."""
+        """Stop the captures still running; the folders traces went to. Runs however the
+        loop ended: a group that cannot answer (it failed) loses its capture, with a warning,
+        and the loop's own error stays the one raised."""
         if not self.told:
             return []
-        folders = sorted(
-            {
-                f
-                for g in self.groups
-                for per in g.execute_all(ProfiledWorker.profile_finish)
-                for f in per
-            }
-        )
+        self.told = False
+        folders: set[str] = set()
+        for group in self.groups:
+            try:
+                for per_rank in group.execute_all(ProfiledWorker.profile_finish):
+                    folders.update(per_rank)
+            except Exception as exc:  # a profile must not hide the run's own error
+                logger.warning("profiler: the %s workers' captures are lost: %s", group.role, exc)
         if folders:
-            logger.info("profiler: traces in %s", ", ".join(folders))
-        return folders
+            logger.info("profiler: traces in %s", ", ".join(sorted(folders)))
+        return sorted(folders)
