@@ -103,15 +103,6 @@ class BrokenWorker(Worker):
         raise RuntimeError("constructor broken on purpose")
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if ray.is_initialized():
-        pytest.skip("Ray already initialised in this process")
-    with start_or_connect(RuntimeConfig(ray_num_cpus=4), get_accelerator("cpu")) as c:
-        yield c
-    assert not ray.is_initialized()
-
-
 def _plan(*groups: DeviceGroup) -> PlacementPlan:
     return PlacementPlan(resource="CPU", groups=tuple(groups))
 

@@ -14,7 +14,6 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from mindrl.accelerator import get_accelerator  # noqa: E402
 from mindrl.cluster.placement import DeviceGroup, PlacementPlan, RoleLayout  # noqa: E402
 from mindrl.cluster.placement_groups import (  # noqa: E402
     bundle_indices,
@@ -22,11 +21,9 @@ from mindrl.cluster.placement_groups import (  # noqa: E402
     create_placement_groups,
     remove_placement_groups,
 )
-from mindrl.cluster.ray_cluster import start_or_connect  # noqa: E402
 from mindrl.cluster.worker import Worker  # noqa: E402
 from mindrl.cluster.worker_group import WorkerGroup  # noqa: E402
 from mindrl.config import load_run_config  # noqa: E402
-from mindrl.config.run import RuntimeConfig  # noqa: E402
 from mindrl.trainer.profiling_steps import StepProfiling  # noqa: E402
 from mindrl.workers.profiling import ProfiledWorker, profiled  # noqa: E402
 
@@ -56,15 +53,6 @@ class UnprofiledWorker(Worker):
 
     def update(self) -> int:
         return self.rank
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    if ray.is_initialized():
-        pytest.skip("Ray already initialised in this process")
-    with start_or_connect(RuntimeConfig(ray_num_cpus=2), get_accelerator("cpu")) as c:
-        yield c
-    assert not ray.is_initialized()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import logging
 import typing
 from collections.abc import Iterator
 from functools import cache
@@ -427,14 +426,6 @@ def test_every_fate_is_one_of_the_four_kinds():
 
 
 # -- the fates act ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def fate_log(caplog):
-    reset_warnings()
-    caplog.set_level(logging.WARNING, logger="mindrl.config")
-    yield caplog
-    reset_warnings()
 
 
 def _messages(caplog, text: str) -> list[str]:

@@ -4,12 +4,11 @@ values it refuses, and which keys go to torch_npu's profiler on NPU only."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 
 import pytest
 
 from mindrl.config import ConfigError, load_run_config
-from mindrl.config.fates import TORCH_NPU_PROFILER, handoffs, reset_warnings
+from mindrl.config.fates import TORCH_NPU_PROFILER, handoffs
 from mindrl.config.profiler import STAGES, ProfilerConfig, profiler_problems
 
 BASE = "grpo_tiny_cpu"
@@ -42,14 +41,6 @@ MINDSPEED_STAGES = {
     "actor_update",
     "critic_update",
 }
-
-
-@pytest.fixture
-def fate_log(caplog):
-    reset_warnings()
-    caplog.set_level(logging.WARNING, logger="mindrl.config")
-    yield caplog
-    reset_warnings()
 
 
 def _load(*overrides: str):
