@@ -34,8 +34,8 @@ class ProfilerConfig:
     mstx: bool = spec(
         False,
         fate=handed(TORCH_NPU_PROFILER, name="msprof_tx"),
-        help="NPU's lightweight markers; mindrl marks every stage call as a named range in "
-        "the trace on every device",
+        help="NPU's light-weight markers: each stage call an mstx range too (every trace "
+        "has the stage calls as named ranges of torch's profiler)",
     )
     stage: str | tuple[str, ...] = spec(
         ALL_STAGES, help=f"{ALL_STAGES}, or one or a list of: {', '.join(STAGES)}"
@@ -71,9 +71,16 @@ class ProfilerConfig:
             elsewhere="an operator table (<trace name>.ops.txt) beside each Chrome trace",
         ),
     )
-    profile_ranks: str | tuple[int, ...] = spec("all", help="all, or a list of worker ranks")
+    profile_ranks: str | tuple[int, ...] = spec(
+        "all",
+        help="all, or a list of ranks within each role's worker group (MindSpeed-RL's "
+        "global ranks where the integrated worker holds every role)",
+    )
 
     def __post_init__(self) -> None:
+        """Checked only when profiling (MindSpeed-RL reads none of it otherwise)."""
+        if not self.profile:
+            return
         stages = self.stages
         unknown = [s for s in stages or () if s not in STAGES]
         if unknown:
@@ -99,9 +106,11 @@ class ProfilerConfig:
         return (self.stage,) if isinstance(self.stage, str) else self.stage
 
     def profiles_rank(self, rank: int) -> bool:
+        """Whether the worker of this rank (in its role's group) records."""
         return self.profile_ranks == "all" or rank in self.profile_ranks
 
     def in_window(self, step: int) -> bool:
+        """Whether the process's `step` (from 1) is one of the profiled steps."""
         return self.profile_step_start <= step < self.profile_step_end
 
 
@@ -114,3 +123,29 @@ def profiler_problems(cfg: ProfilerConfig, backend: str) -> list[str]:
             "operators are all a CPU run has to record"
         ]
     return []
+
+
+def profiler_warnings(
+    cfg: ProfilerConfig, *, steps: int, reference: bool, critic: bool, generating_workers: bool
+) -> list[str]:
+    """Captures this run cannot make: listed stages no worker of it calls, a window past
+    its `steps`."""
+    if not cfg.profile:
+        return []
+    calls = {
+        "reference_compute_log_prob": (reference, "there is no reference model"),
+        "critic_compute_values": (critic, "there is no critic"),
+        "critic_update": (critic, "there is no critic"),
+        "actor_generate": (generating_workers, "vLLM servers the run does not start generate"),
+    }
+    out = []
+    for stage in cfg.stages or ():
+        made, why = calls.get(stage, (True, ""))
+        if not made:
+            out.append(f"profiler_config.integrated.stage: {stage} records nothing: {why}")
+    if cfg.profile_step_start > steps:
+        out.append(
+            f"profiler_config.integrated.profile_step_start: {cfg.profile_step_start} is past "
+            f"this run's {steps} steps: nothing is recorded"
+        )
+    return out

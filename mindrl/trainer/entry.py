@@ -26,7 +26,7 @@ from mindrl.cluster.ray_target import RayConnectError, RayTarget
 from mindrl.config import ConfigError, load_run_config, resolved_yaml
 from mindrl.config.fates import MINDSPEED, handoffs
 from mindrl.config.meaning import meaning_lines
-from mindrl.config.profiler import profiler_problems
+from mindrl.config.profiler import profiler_problems, profiler_warnings
 from mindrl.config.run import RunConfig
 from mindrl.planning import plan_memory
 from mindrl.trainer.trackers import tracker_problems
@@ -192,6 +192,15 @@ def main(argv: list[str] | None = None, *, stage: str | None = None) -> int:
         except ConfigError as exc:
             problems.extend(exc.problems)
         problems.extend(profiler_problems(run.profiler, acc.name))
+        warnings.extend(
+            profiler_warnings(
+                run.profiler,
+                steps=run.actor.optim.train_iters,
+                reference=run.ref is not None,
+                critic=run.critic is not None,
+                generating_workers=not run.rollout_on_servers,
+            )
+        )
         if check.cluster is not None:  # the accelerator is here: its software stack too
             findings = check_versions(acc.name, need_vllm=run.generate.rollout_backend == "vllm")
             warnings.extend(f.message for f in findings if f.level == "warning")

@@ -161,6 +161,7 @@ class Progress:
 def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progress) -> None:
     """Validation before training if asked, the steps, checkpoints, the final export."""
     from mindrl.trainer.checkpointing import export_final
+    from mindrl.trainer.interrupts import RunInterrupted
     from mindrl.trainer.profiling_steps import StepProfiling
 
     loop = t.run.rl.loop
@@ -186,8 +187,12 @@ def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progres
                 t.checkpoints.save(step + 1, t.roles.actor, state, t.roles.critic)
             if validation_due(t, step + 1):
                 _log_validation(t, step + 1)
-    finally:  # a capture still running is written, after a stop or a failure too
-        profiling.finish()
+    except RunInterrupted:  # stop now: a capture still running is not waited for
+        raise
+    except Exception:  # a capture still running is written, and the error raised
+        profiling.finish(failed=True)
+        raise
+    profiling.finish()
     export_final(t.run, t.roles.actor)
 
 

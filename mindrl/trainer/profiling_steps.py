@@ -14,9 +14,13 @@ if TYPE_CHECKING:
     from mindrl.config.profiler import ProfilerConfig
 
 logger = logging.getLogger(__name__)
+# after a failed step: how long the workers may take to write their captures
+AFTER_FAILURE_TIMEOUT_S = 30.0
 
 
 class StepProfiling:
+    """Calls the worker groups of the roles that make stage calls, only while profiling."""
+
     def __init__(self, cfg: ProfilerConfig, groups: list[WorkerGroup]) -> None:
         self.cfg = cfg
         self.groups = [g for g in groups if g.role in PROFILED_ROLES] if cfg.profile else []
@@ -28,24 +32,34 @@ class StepProfiling:
         cfg = self.cfg
         if not self.groups or not cfg.profile_step_start <= step <= cfg.profile_step_end:
             return
+        self.told = True  # from here a capture may run on some worker, even if one fails
         refs = [(g, g.execute_all_async(ProfiledWorker.profile_step, step)) for g in self.groups]
         for group, pending in refs:
             group.gather(pending)
-        self.told = True
 
-    def finish(self) -> list[str]:
-        """Stop the captures still running; the folders traces went to. Runs however the
-        loop ended: a group that cannot answer (it failed) loses its capture, with a warning,
-        and the loop's own error stays the one raised."""
+    def finish(self, failed: bool = False) -> list[str]:
+        """Stop the captures still running; the folders traces went to. After a failed step
+        (`failed`) the workers get `AFTER_FAILURE_TIMEOUT_S`, not a whole call's timeout, and
+        a group that cannot answer loses its capture with a warning: the run's own error
+        stays the one raised."""
+        from mindrl.cluster.errors import WorkerGroupError
+
         if not self.told:
             return []
         self.told = False
-        folders: set[str] = set()
+        timeout = AFTER_FAILURE_TIMEOUT_S if failed else None
+        pending = []
         for group in self.groups:
             try:
-                for per_rank in group.execute_all(ProfiledWorker.profile_finish):
+                pending.append((group, group.execute_all_async(ProfiledWorker.profile_finish)))
+            except WorkerGroupError as exc:
+                logger.warning("profiler: the %s workers' captures are lost: %s", group.role, exc)
+        folders: set[str] = set()
+        for group, refs in pending:
+            try:
+                for per_rank in group.gather(refs, timeout_s=timeout):
                     folders.update(per_rank)
-            except Exception as exc:  # a profile must not hide the run's own error
+            except WorkerGroupError as exc:
                 logger.warning("profiler: the %s workers' captures are lost: %s", group.role, exc)
         if folders:
             logger.info("profiler: traces in %s", ", ".join(sorted(folders)))

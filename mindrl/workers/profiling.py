@@ -4,25 +4,30 @@ The driver tells each profiled worker the step it starts (`profile_step`, only w
 profiling); the worker's `StageProfiler` then starts a profiler at the window's first step and
 stops it after the last (`stage: all`: everything the worker does, one trace), or around each
 call of a listed stage within the window (one trace per call). While a profiler runs, every
-stage call is a named range in it. torch_npu's profiler on NPU (not run here), torch's
-elsewhere: a Chrome trace (`chrome://tracing`, Perfetto) per capture under
-`profile_save_path/<integrated | stage>/`, named by role, rank and step.
+stage call is a named range in it (and an mstx range on NPU with `mstx`). torch_npu's profiler
+on NPU (not run here), torch's elsewhere: a Chrome trace (`chrome://tracing`, Perfetto) per
+capture under `profile_save_path/<integrated | stage>/`, named by role, rank and step. Writing
+a trace happens inside the worker call that ends the capture (it counts in that call's time);
+a capture that cannot be written is a warning, never the call's error.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from mindrl.config.profiler import ProfilerConfig
+from mindrl.config.profiler import STAGES, ProfilerConfig
 
 if TYPE_CHECKING:
     from mindrl.config.run import RunConfig
 
-F = TypeVar("F", bound=Callable[..., Any])
+logger = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
 # the roles whose workers make the stage calls (a reward model makes none)
 PROFILED_ROLES = ("actor", "ref", "rollout", "critic")
 
@@ -39,10 +44,12 @@ class StageProfiler:
         self.device = device
         self.out_dir = cfg.profile_save_path or os.path.join(run_output_dir, "profiler_data")
         self.step = 0  # the run process's step (from 1), as the driver last said
-        self._running: Any = None
-        self._trace_name = ""
+        self._running: Any = None  # the profiler of the capture under way
+        self._capture = ("", "")  # its folder and trace name
+        self._names: dict[str, int] = {}  # kind/trace names used, and how often
         self._open: set[str] = set()  # the stage calls under way
-        self.traces: list[str] = []  # folders of the captures written
+        self.traces: set[str] = set()  # folders of the captures written
+        self._npu = _npu_settings(cfg) if device == "npu" else {}
 
     def set_step(self, step: int) -> None:
         """`stage: all` starts when the window opens and stops when it closes."""
@@ -77,9 +84,7 @@ class StageProfiler:
             if self._running is None:
                 yield
             else:
-                import torch
-
-                with torch.profiler.record_function(name):
+                with self._range(name):
                     yield
         finally:
             self._open.discard(name)
@@ -92,25 +97,50 @@ class StageProfiler:
             self._stop()
 
     # -- the profiler of this device ----------------------------------------------------------
+    @contextlib.contextmanager
+    def _range(self, name: str) -> Iterator[None]:
+        import torch
+
+        with torch.profiler.record_function(name):
+            if self._npu.get("msprof_tx"):  # torch_npu's light-weight marker
+                import torch_npu
+
+                mark = torch_npu.npu.mstx.range_start(name)
+                try:
+                    yield
+                finally:
+                    torch_npu.npu.mstx.range_end(mark)
+            else:
+                yield
+
     def _start(self, kind: str, trace_name: str) -> None:
+        key = os.path.join(kind, trace_name)
+        used = self._names.get(key, 0)
+        self._names[key] = used + 1
+        if used:  # the same stage again in one step (dynamic sampling, validation)
+            trace_name = f"{trace_name}_{used + 1}"
         folder = os.path.join(self.out_dir, kind)
         os.makedirs(folder, exist_ok=True)
         if self.device == "npu":
-            self._running = _npu_profiler(self.cfg, folder, trace_name)
+            self._running = _npu_profiler(self.cfg, self._npu, folder, trace_name)
         else:
             self._running = _torch_profiler(self.cfg, self.device, folder, trace_name)
         self._running.start()
-        self._trace_name = trace_name
-        self.traces.append(folder)
+        self._capture = (folder, trace_name)
 
     def _stop(self) -> None:
         running, self._running = self._running, None
-        running.stop()  # exports the trace (on_trace_ready)
-        if self.cfg.profile_analysis and self.device != "npu":
-            table = running.key_averages().table(sort_by="self_cpu_time_total", row_limit=60)
-            path = os.path.join(self.traces[-1], f"{self._trace_name}.ops.txt")
-            with open(path, "w") as out:
-                out.write(table + "\n")
+        folder, trace_name = self._capture
+        try:
+            running.stop()  # exports the trace (on_trace_ready)
+            if self.cfg.profile_analysis and self.device != "npu":
+                table = running.key_averages().table(sort_by="self_cpu_time_total", row_limit=60)
+                with open(os.path.join(folder, f"{trace_name}.ops.txt"), "w") as out:
+                    out.write(table + "\n")
+        except Exception as exc:  # a profile must never fail the call it watched
+            logger.warning("profiler: capture %s not written: %s", trace_name, exc)
+            return
+        self.traces.add(folder)
 
 
 def _torch_profiler(cfg: ProfilerConfig, device: str, folder: str, trace_name: str) -> Any:
@@ -128,14 +158,18 @@ def _torch_profiler(cfg: ProfilerConfig, device: str, folder: str, trace_name: s
     )
 
 
-def _npu_profiler(cfg: ProfilerConfig, folder: str, trace_name: str) -> Any:
+def _npu_settings(cfg: ProfilerConfig) -> dict[str, Any]:
+    """The keys handed to torch_npu's profiler (`msprof_tx`, `profiler_level`, ...)."""
+    from mindrl.config.fates import TORCH_NPU_PROFILER, handoffs
+
+    return handoffs(cfg, "npu").to(TORCH_NPU_PROFILER)
+
+
+def _npu_profiler(cfg: ProfilerConfig, npu: dict[str, Any], folder: str, trace_name: str) -> Any:
     """torch_npu's profiler with MindSpeed-RL's settings and the keys handed to it (written for
     the NPU; not run here)."""
     import torch_npu
 
-    from mindrl.config.fates import TORCH_NPU_PROFILER, handoffs
-
-    npu = handoffs(cfg, "npu").to(TORCH_NPU_PROFILER)
     prof = torch_npu.profiler
     levels = {
         "level_none": prof.ProfilerLevel.Level_none,
@@ -194,18 +228,21 @@ class ProfiledWorker:
         """Stop a capture still running; the folders this worker wrote traces to."""
         profiler = self.stage_profiler()
         profiler.close()
-        return sorted(set(profiler.traces))
+        return sorted(profiler.traces)
 
 
-def profiled(stage: str) -> Callable[[F], F]:
+def profiled(stage: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """A worker method that is MindSpeed-RL's `stage` call."""
+    if stage not in STAGES:
+        raise ValueError(f"{stage!r} is not one of MindSpeed-RL's stages {STAGES}")
 
-    def wrap(method: F) -> F:
+    def wrap(method: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(method)
-        def call(self: ProfiledWorker, *args: Any, **kwargs: Any) -> Any:
-            with self.stage_profiler().stage(stage):
-                return method(self, *args, **kwargs)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            worker: ProfiledWorker = args[0]  # type: ignore[assignment]
+            with worker.stage_profiler().stage(stage):
+                return method(*args, **kwargs)
 
-        return call  # type: ignore[return-value]
+        return call
 
     return wrap

@@ -5,8 +5,11 @@ One embedded Ray cluster for the module; every wait is bounded."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -61,7 +64,7 @@ def make_groups(cluster):
     UnprofiledWorkers, on one placement group, for a run with these overrides."""
     started: list[tuple[list[WorkerGroup], dict]] = []
 
-    def make(*overrides: str) -> tuple:
+    def make(*overrides: str, actor_cls: type | None = None) -> tuple:
         run, _ = load_run_config("grpo_tiny_cpu", list(overrides), check_paths=False)
         device = DeviceGroup(
             "g",
@@ -77,9 +80,8 @@ def make_groups(cluster):
             timeout_s=TIMEOUT,
         )
         pg = pgs["g"]
-        actor = WorkerGroup(
-            StageWorker, "actor", pg, bundle_indices(device, "actor"), init_args=(run,), **kw
-        )
+        cls, args = (StageWorker, (run,)) if actor_cls is None else (actor_cls, ())
+        actor = WorkerGroup(cls, "actor", pg, bundle_indices(device, "actor"), init_args=args, **kw)
         reward = WorkerGroup(UnprofiledWorker, "reward", pg, bundle_indices(device, "reward"), **kw)
         started.append(([actor, reward], pgs))
         return run, actor, reward
@@ -127,19 +129,26 @@ def test_the_window_of_the_listed_rank_is_one_trace(make_groups, tmp_path):
 
 
 def test_nothing_is_called_while_not_profiling(make_groups):
-    run, actor, reward = make_groups()
+    # workers without the profiling methods in the actor's role: a call would raise
+    run, actor, reward = make_groups(actor_cls=UnprofiledWorker)
     assert not run.profiler.profile
-    # the unprofiled group in the actor's place: any profiling call on it would raise
-    profiling = StepProfiling(run.profiler, [reward])
-    _steps(profiling, actor, reward, 3)
-    assert profiling.finish() == []
+    profiling = StepProfiling(run.profiler, [actor, reward])
+    assert profiling.groups == []
+    for step in range(1, 4):
+        profiling.begin(step)
+        assert actor.execute_all(UnprofiledWorker.update) == [0, 1]
+    assert profiling.finish() == [] and profiling.finish(failed=True) == []
+    # the same workers with profiling on are called, and fail: the test would see it
+    on = dataclasses.replace(run.profiler, profile=True)
+    with pytest.raises(AttributeError):
+        StepProfiling(on, [actor]).begin(1)
 
 
 def test_a_dead_group_loses_its_capture_and_raises_nothing(make_groups, tmp_path, caplog):
     run, actor, reward = make_groups(*_window(tmp_path, end=9))
     profiling = StepProfiling(run.profiler, [actor])
     _steps(profiling, actor, reward, 3)  # a capture is running on rank 1
-    actor.kill()
+    os.kill(actor.execute_rank(1, Worker.pid), signal.SIGKILL)  # the worker dies
     with caplog.at_level(logging.WARNING, logger="mindrl.trainer.profiling_steps"):
-        assert profiling.finish() == []
+        assert profiling.finish(failed=True) == []
     assert "the actor workers' captures are lost" in caplog.text

@@ -9,7 +9,7 @@ import pytest
 
 from mindrl.config import ConfigError, load_run_config
 from mindrl.config.fates import TORCH_NPU_PROFILER, handoffs
-from mindrl.config.profiler import STAGES, ProfilerConfig, profiler_problems
+from mindrl.config.profiler import STAGES, ProfilerConfig, profiler_problems, profiler_warnings
 
 BASE = "grpo_tiny_cpu"
 P = "+profiler_config.integrated."
@@ -99,8 +99,34 @@ def test_stages_ranks_and_window():
 )
 def test_bad_values_are_config_errors(override, message):
     with pytest.raises(ConfigError) as err:
-        _load(override)
+        _load(f"{P}profile=true", override)
     assert message in str(err.value)
+
+
+def test_a_section_that_is_off_is_not_checked_further():
+    """MindSpeed-RL reads nothing of it without `profile`: the run runs unchanged."""
+    cfg = _load(f"{P}stage=[actor_image_embeds]", f"{P}profile_step_end=1")
+    assert not cfg.profile
+    with pytest.raises(ConfigError, match="is not one of"):  # a choice is still a choice
+        _load(f"{P}profile_level=level3")
+
+
+def test_captures_the_run_cannot_make_are_warned():
+    listed = (f"{P}profile=true", f"{P}stage=[actor_update,critic_update,actor_generate]")
+    cfg = _load(*listed, f"{P}profile_step_start=41", f"{P}profile_step_end=42")
+    warned = profiler_warnings(
+        cfg, steps=40, reference=True, critic=False, generating_workers=False
+    )
+    assert warned == [
+        "profiler_config.integrated.stage: critic_update records nothing: there is no critic",
+        "profiler_config.integrated.stage: actor_generate records nothing: vLLM servers the "
+        "run does not start generate",
+        "profiler_config.integrated.profile_step_start: 41 is past this run's 40 steps: "
+        "nothing is recorded",
+    ]
+    every = dict(reference=True, critic=True, generating_workers=True)
+    assert profiler_warnings(_load(*listed), steps=40, **every) == []
+    assert profiler_warnings(_load(f"{P}stage=critic_update"), steps=1, **every) == []
 
 
 def test_a_cpu_profile_needs_the_host_operators():

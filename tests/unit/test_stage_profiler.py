@@ -4,12 +4,14 @@ captures, what each Chrome trace holds, and that it records nothing unless asked
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
+import pytest
 import torch
 
 from mindrl.config.profiler import ProfilerConfig
-from mindrl.workers.profiling import StageProfiler
+from mindrl.workers.profiling import StageProfiler, profiled
 
 
 def _profiler(tmp_path: Path, rank: int = 0, **keys) -> StageProfiler:
@@ -56,7 +58,7 @@ def test_stage_all_is_one_capture_of_the_window(tmp_path):
     assert any(e.get("name") == "aten::mm" for e in events)  # the operators inside them
     table = (tmp_path / "integrated" / "actor_rank0_steps2-3.ops.txt").read_text()
     assert "aten::mm" in table and "actor_update" in table
-    assert prof.traces == [str(tmp_path / "integrated")]
+    assert prof.traces == {str(tmp_path / "integrated")}
 
 
 def test_a_run_ending_inside_the_window_writes_its_capture_on_close(tmp_path):
@@ -116,3 +118,55 @@ def test_the_default_folder_is_in_the_runs_output_dir(tmp_path):
     _steps(prof, range(1, 3), ("reference_compute_log_prob",))
     (name,) = _traces(tmp_path / "profiler_data" / "integrated")
     assert name.startswith("ref_rank3_steps1-1.")
+
+
+def test_a_call_that_raises_still_writes_its_capture_and_keeps_its_error(tmp_path):
+    prof = _profiler(tmp_path, stage=("actor_update",))
+    prof.set_step(1)
+    with pytest.raises(ValueError, match="bad batch"):
+        with prof.stage("actor_update"):
+            _work()
+            raise ValueError("bad batch")
+    (events,) = _traces(tmp_path / "actor_update").values()
+    assert _ranges(events, STAGES) == ["actor_update"]
+    with prof.stage("actor_update"):  # the next call is captured again, not taken as nested
+        _work()
+    assert len(_traces(tmp_path / "actor_update")) == 2
+
+
+def test_the_same_stage_twice_in_a_step_gets_two_names(tmp_path):
+    prof = _profiler(tmp_path, stage=STAGES, profile_analysis=True)
+    prof.set_step(1)
+    for _ in range(2):  # dynamic sampling's second batch, say
+        with prof.stage("actor_generate"):
+            _work()
+    with prof.stage("actor_update"):  # another stage's first call keeps the plain name
+        _work()
+    (update,) = _traces(tmp_path / "actor_update")
+    assert update.startswith("actor_rank0_step1.")
+    folder = tmp_path / "actor_generate"
+    assert sorted(n.split(".")[0] for n in _traces(folder)) == [
+        "actor_rank0_step1",
+        "actor_rank0_step1_2",
+    ]
+    assert sorted(p.name for p in folder.glob("*.ops.txt")) == [
+        "actor_rank0_step1.ops.txt",
+        "actor_rank0_step1_2.ops.txt",
+    ]
+
+
+def test_a_capture_that_cannot_be_written_is_a_warning(tmp_path, caplog):
+    prof = _profiler(tmp_path, stage=("actor_update",), profile_analysis=True)
+    prof.set_step(1)
+    with caplog.at_level(logging.WARNING, logger="mindrl.workers.profiling"):
+        with prof.stage("actor_update"):
+            _work()
+            (tmp_path / "actor_update").rmdir()
+            (tmp_path / "actor_update").write_text("a file where the folder was")
+    assert "capture actor_rank0_step1 not written" in caplog.text
+    assert prof.traces == set()
+
+
+def test_a_stage_name_must_be_mindspeed_rls():
+    with pytest.raises(ValueError, match="not one of MindSpeed-RL's stages"):
+        profiled("actor_updates")
