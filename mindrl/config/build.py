@@ -199,7 +199,7 @@ def _build_profiler(section: Mapping[str, Any], problems: _Problems) -> Profiler
         if key != "integrated":
             problems.add(
                 f"profiler_config.{key}: unknown; MindSpeed-RL (and mindrl) read only "
-                "profiler_config.integrated"
+                "profiler_config.integrated" + suggest(str(key), ["integrated"])
             )
     integrated = section.get("integrated") or {}
     if not isinstance(integrated, Mapping):
