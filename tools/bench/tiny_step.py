@@ -2,7 +2,7 @@
 
     python tools/bench/tiny_step.py [--steps 25] [--warmup 5]
                                     [--out bench/results/tiny_step.json] [--work-dir DIR]
-                                    [--hf-rollout] [--repeats 1]
+                                    [--hf-rollout] [--repeats 1] [--profile]
 
 Runs `cli/train_grpo.py --config-name grpo_tiny_cpu` twice, one after the other, each in a
 fresh process tree, same seed and data:
@@ -24,7 +24,10 @@ decode loop as the rollout backend (`LEAN_HF`): for a toy model vLLM's per-step 
 a plain loop's; it is reported beside the two, the verdict stays theirs. `--repeats R` runs
 the variants R times in rounds (shipped, lean, ... then again), so a swing of the host falls
 on every variant alike; each variant then reports the median over its rounds and their range
-(one run's median moves by 0.1 s between runs minutes apart on a 2-core VM). Writes
+(one run's median moves by 0.1 s between runs minutes apart on a 2-core VM). `--profile`
+adds one lean run whose last step mindrl's profiler captures (`profiler_config.integrated`):
+per stage call its wall time, the time in torch operators, the work between them and the
+operators with the most self time (`tools/bench/trace_summary.py`; JSON `profile`). Writes
 bench/results/tiny_step.json; the last line is the summary.
 """
 
@@ -56,6 +59,22 @@ LEAN = [
     "generate_config.enforce_eager=false",
 ]
 LEAN_HF = [*LEAN, "generate_config.rollout_backend=hf"]
+PROFILED_STAGES = ("actor_generate", "actor_update", "reference_compute_log_prob")
+
+
+def profiled_lean(steps: int) -> list[str]:
+    """The lean run with mindrl's profiler on its last step (`--profile`): each stage call of
+    `PROFILED_STAGES` captured on its own (MindSpeed-RL's `profiler_config.integrated`)."""
+    key = "+profiler_config.integrated."
+    return [
+        *LEAN,
+        f"{key}profile=true",
+        f"{key}stage=[{','.join(PROFILED_STAGES)}]",
+        f"{key}profile_step_start={steps}",
+        f"{key}profile_step_end={steps + 1}",
+    ]
+
+
 PHASES = ("rollout", "reward", "log_probs", "update", "sync")
 
 
@@ -159,6 +178,32 @@ def describe(res: dict[str, Any]) -> str:
     )
 
 
+def run_profiled(args: argparse.Namespace) -> dict[str, Any]:
+    """One lean run of warmup + 2 steps, its last profiled; per stage call the breakdown of
+    `tools/bench/trace_summary.py` (a stage called inside another, such as the update's own
+    old-policy pass, is in its caller's time too)."""
+    from tools.bench.trace_summary import describe_breakdown, folder_breakdown
+    from tools.bench.variants import run_variants
+
+    steps = args.warmup + 2
+    work = args.work_dir / "profiled" if args.work_dir is not None else None
+    result = run_variants(
+        "tiny_step",
+        CONFIG,
+        steps,
+        {"lean_profiled": profiled_lean(steps)},
+        work,
+        args.timeout_s,
+        measure=lambda out_dir: {
+            "stages": folder_breakdown(out_dir / "profiler_data", PROFILED_STAGES)
+        },
+        describe=lambda res: f"step {steps} profiled",
+    )["lean_profiled"]
+    for line in describe_breakdown(result.get("stages", {})):
+        print(line, flush=True)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=25)
@@ -170,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
         "--hf-rollout", action="store_true", help="also the lean run with the HF rollout backend"
     )
     parser.add_argument("--repeats", type=int, default=1, help="rounds of all the variants")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="then one lean run with its last step profiled: where each stage call's time "
+        "goes (operators, the work between them, the top operators)",
+    )
     args = parser.parse_args(argv)
     if args.steps < args.warmup + 2:
         parser.error("--steps must exceed --warmup by at least 2")
@@ -202,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     results = combine_rounds(rounds)
+    profile = run_profiled(args) if args.profile else None
     rate_after = matmul_gflops("fp32")
     report = {
         "config_name": CONFIG,
@@ -213,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         "lean_hf_overrides": LEAN_HF if args.hf_rollout else None,
         "host_fp32_matmul_gflops": [rate_before, rate_after],
         "runs": results,
+        "profile": profile,
     }
     rates = (rate_before, rate_after)
     return finish("tiny_step", args.out, report, load_start, lambda runs: summary_line(runs, rates))
