@@ -224,6 +224,14 @@ class CPUPlatform(EnginePlatform):
     # SmolLM2 bf16 60-94 s on a 2-core Xeon. Without AOT, inductor's own cache serves a
     # second start (13 s). Off unless the environment sets it.
     aot_compile_default = "0"
+    # On an AMD CPU with avx512 and zentorch installed, vLLM takes its Zen platform: linear
+    # layers run zentorch's GEMM (`zen_cpu.py`). Its prepacked weights are new buffers at
+    # every sync, and a prepack is ~1.7x faster than oneDNN's repack (the sync's cost on
+    # CPU). Unpacked (VLLM_ZENTORCH_WEIGHT_PREPACK=0), ZenDNN's weight cache is keyed by the
+    # buffer's address and never sees a weight updated in place: a synced engine would
+    # generate from the old weights. So the prepack stays on, and the cache is off (no cost
+    # with prepacked weights; a weight updated in place is then read again).
+    zen_environment = {"VLLM_ZENTORCH_WEIGHT_PREPACK": "1", "ZENDNNL_MATMUL_WEIGHT_CACHE": "0"}
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         env = os.environ if env is None else env
@@ -237,6 +245,17 @@ class CPUPlatform(EnginePlatform):
         out = super().environment(env)
         if "VLLM_USE_AOT_COMPILE" not in env:
             out["VLLM_USE_AOT_COMPILE"] = self.aot_compile_default
+        for name, value in self.zen_environment.items():
+            current = env.get(name)
+            if current not in (None, value):
+                logger.warning(
+                    "%s=%s overridden to %s: vLLM's Zen CPU platform would keep serving the "
+                    "weights of before a sync",
+                    name,
+                    current,
+                    value,
+                )
+            out[name] = value
         return out
 
     def sleep_mode_available(self) -> bool:

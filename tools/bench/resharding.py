@@ -14,6 +14,7 @@ bench/results/resharding.json; the last line is `resharding: ratio=X.XX target>=
 (ratio = clone time / resharding time, so within 3x of the copy means ratio >= 0.33).
 
     python tools/bench/resharding.py [--repeats 3] [--bucket-mb 256] [--plain-env]
+        [--dtype float32|bfloat16]
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ def main() -> None:
     p.add_argument("--bucket-mb", type=int, default=256)
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "resharding.json"))
     p.add_argument("--plain-env", action="store_true", help="not the workers' environment")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="the model's and the engine's dtype (bfloat16: megatron's bf16 model weights, "
+        "as its mixed precision keeps them, into a bf16 engine)",
+    )
     args = p.parse_args()
     if not args.plain_env:
         _exec_in_worker_env()
@@ -58,8 +66,9 @@ def main() -> None:
     arch = arch_from_hf_config(model_dir)
     model = build_gpt_model(arch)
     load_hf_into_mcore([model], model_dir, arch=arch)
+    model.to(getattr(torch, args.dtype))
     engine = VLLMRolloutEngine.from_config(
-        model_dir, GenerateConfig(dtype="float32", max_model_len=256), seed=0
+        model_dir, GenerateConfig(dtype=args.dtype, max_model_len=256), seed=0
     )
     torch.set_num_threads(os.cpu_count() or 1)
 
@@ -82,13 +91,17 @@ def main() -> None:
         copy_into_s.append(time.perf_counter() - start)
         del copies, tensors
     engine.close()
+    from vllm.platforms import current_platform  # CpuPlatform, or ZenCpuPlatform with zentorch
+
     ratio = min(copy_s) / min(reshard_s)
     from tools.bench.host import host_facts
 
     result = {
-        "model": "SmolLM2-135M-Instruct fp32",
+        "model": f"SmolLM2-135M-Instruct {args.dtype}",
+        "dtype": args.dtype,
         "bytes": nbytes,
         "bucket_mb": args.bucket_mb,
+        "vllm_platform": type(current_platform).__name__,
         "mcore_to_hf_tensors_s": gather_s,
         "resharding_to_engine_s": reshard_s,
         "plain_copy_s": copy_s,
