@@ -14,7 +14,7 @@ bench/results/resharding.json; the last line is `resharding: ratio=X.XX target>=
 (ratio = clone time / resharding time, so within 3x of the copy means ratio >= 0.33).
 
     python tools/bench/resharding.py [--repeats 3] [--bucket-mb 256] [--plain-env]
-        [--dtype float32|bfloat16]
+        [--dtype float32|bfloat16] [--without-zentorch]
 """
 
 from __future__ import annotations
@@ -44,9 +44,17 @@ def main() -> None:
         help="the model's and the engine's dtype (bfloat16: megatron's bf16 model weights, "
         "as its mixed precision keeps them, into a bf16 engine)",
     )
+    p.add_argument(
+        "--without-zentorch",
+        action="store_true",
+        help="hide zentorch from vLLM (its plain CPU platform, oneDNN's GEMMs) on a CPU where "
+        "it would take its Zen platform: the A/B of the two",
+    )
     args = p.parse_args()
     if not args.plain_env:
         _exec_in_worker_env()
+    if args.without_zentorch:
+        sys.modules["zentorch"] = None  # vLLM's platform probe then finds no zentorch
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
