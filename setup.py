@@ -69,12 +69,6 @@ setup(
         # NPU, MindSpeed-RL's documented stack (torch 2.7.1, vllm-ascend 0.11.0 on PyPI): the
         # engine adapter's load_weights path. docs/version_matrix.md has every pairing.
         "npu-torch27": ["torch==2.7.1", "torch-npu==2.7.1.*", "vllm-ascend==0.11.0"],
-        # AMD CPUs with avx512: vLLM's Zen CPU platform (taken whenever zentorch imports) runs
-        # the rollout's linear layers on zentorch's GEMMs; its weight prepack makes the weight
-        # sync ~1.5x faster than oneDNN's repack, the rollout as fast. Built for torch 2.13
-        # (`make install` adds it on such CPUs; mindrl.rollout.platform_adapters keeps the
-        # prepack on and ZenDNN's address-keyed weight cache off).
-        "zen": ["zentorch==2.13.0.2"],
         # tools/bench/e2e.py runs TRL's GRPOTrainer beside mindrl (never imported by mindrl).
         "bench": ["trl==1.16.0", "datasets>=3"],
     },

