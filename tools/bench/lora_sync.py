@@ -56,6 +56,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tools.bench.host import host_facts  # noqa: E402
+from tools.bench.process_tree import own_rss_mib  # noqa: E402
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Tokens one RL step generates in the configs that train these models (prompts x samples x
@@ -179,13 +180,6 @@ def format_summary(models: dict[str, dict[str, Any]]) -> str:
 
 
 # -- worker side (one engine per process) -------------------------------------------------------
-def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return math.nan
-
-
 def _target_shapes(model_dir: Path) -> dict[str, tuple[int, int]]:
     from safetensors import safe_open
 
@@ -239,12 +233,12 @@ class Worker:
         from tools.bench.rollout import _prompts
 
         self.prompts = _prompts(self.model_dir, self.args.prompts)
-        rss_before = _rss_mib()
+        rss_before = own_rss_mib()
         start = time.perf_counter()
         options = _engine_options(self.args, max(map(len, self.prompts)))
         self.engine = VLLMRolloutEngine(self.model_dir, options, accelerator="cpu")
         startup = time.perf_counter() - start
-        rss_engine = _rss_mib()
+        rss_engine = own_rss_mib()
         self.shapes = _target_shapes(self.model_dir)
         if self.args.path == "merged":
             from safetensors.torch import load_file

@@ -67,6 +67,14 @@ class TreeMemory:
         return MemoryPeak(self.peak / 2**30, {k: round(v / 2**30, 3) for k, v in ranked})
 
 
+def own_rss_mib() -> float:
+    """This process's resident memory now (Linux VmRSS), MiB; NaN where it cannot be read."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def _footprint(proc: Any) -> int:
     try:
         return int(proc.memory_full_info().pss)

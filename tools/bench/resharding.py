@@ -68,6 +68,7 @@ def main() -> None:
     from mindrl.models.parallel import init_parallel
     from mindrl.rollout import iter_buckets
     from mindrl.rollout.vllm_engine import VLLMRolloutEngine
+    from tools.bench.process_tree import own_rss_mib
 
     model_dir = str(smollm2_dir())
     init_parallel(1, 1, accelerator="cpu")
@@ -91,7 +92,7 @@ def main() -> None:
         for bucket in iter_buckets(iter_hf_tensors([model], arch), args.bucket_mb << 20):
             engine.update_weights(bucket)
         reshard_s.append(time.perf_counter() - start)
-        rss_mib.append(_rss_mib())
+        rss_mib.append(own_rss_mib())
         start = time.perf_counter()
         copies = [t.clone() for _, t in tensors]
         copy_s.append(time.perf_counter() - start)
@@ -129,12 +130,6 @@ def main() -> None:
     print(
         f"resharding: ratio={ratio:.2f} target>={TARGET:.2f} {'ok' if ratio >= TARGET else 'below'}"
     )
-
-
-def _rss_mib() -> float:
-    """This process's resident memory (Linux), MiB."""
-    pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _worker_env() -> dict[str, str]:
