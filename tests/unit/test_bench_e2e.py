@@ -3,6 +3,7 @@ memory."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -46,6 +47,23 @@ def test_tree_memory_counts_children_and_failures_name_the_log(tmp_path):
             tmp_path / "bad.log",
             timeout_s=60,
         )
+
+
+def test_gated_tree_memory_reads_pss_only_as_the_tree_grows():
+    # 100 MB, then 200 MB more, then 3 s steady: the peak is still read, the steady polls
+    # read only RSS
+    code = (
+        "import time; a = bytearray(100 * 2**20); a[::4096] = b'x' * len(a[::4096]); "
+        "time.sleep(1); b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096]); "
+        "time.sleep(3)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    memory = process_tree.TreeMemory(proc.pid, interval_s=0.25, pss_gate_mib=32)
+    assert proc.wait(timeout=60) == 0
+    peak = memory.stop()
+    assert peak.gib > 0.28
+    assert memory.pss_readings >= 2  # the start and the growth
+    assert memory.polls - memory.pss_readings >= 8  # the 3 steady seconds read no PSS
 
 
 def test_ratios_compare_equal_precisions_and_fastest_is_measured():

@@ -177,7 +177,7 @@ def test_the_contention_sampler_counts_the_trees_cpu_time():
 def test_a_failed_run_is_recorded_and_the_other_still_runs(tmp_path, monkeypatch):
     steps = lora.parse_metrics("\n".join(_metrics_line(i, 10.0, 0.1) for i in (1, 2)))
 
-    def fake_run(name, config, overrides, out_dir, timeout_s):
+    def fake_run(name, config, overrides, out_dir, timeout_s, pss_gate_mib=None):
         if name == "full":
             raise SystemExit("cli/train_grpo.py ran past 10 s")
         machine = {"load1_mean": 1.0, "load1_max": 1.0, "tree_cpu_s": 1.0, "cpu_share": 0.5}

@@ -219,14 +219,16 @@ def run_one(
     out_dir: Path,
     timeout_s: float,
     script: str = "cli/train_grpo.py",
+    pss_gate_mib: float | None = None,
 ) -> dict:
     """One training run (`script`) in its own process tree; its metrics, log line and peak
-    memory."""
+    memory (`pss_gate_mib`: `run_tree`'s gated reading)."""
     cmd = train_command(config, overrides, script)
     start = time.perf_counter()
     contention = Contention()
     try:
-        peak = run_tree(cmd, out_dir.parent / f"{name}.log", timeout_s=timeout_s).gib
+        log = out_dir.parent / f"{name}.log"
+        peak = run_tree(cmd, log, timeout_s=timeout_s, pss_gate_mib=pss_gate_mib).gib
     finally:
         machine = contention.stop()
     wall = time.perf_counter() - start

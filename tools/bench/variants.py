@@ -22,10 +22,12 @@ def run_variants(
     timeout_s: float,
     measure: Callable[[Path], dict[str, Any]] | None = None,
     describe: Callable[[dict[str, Any]], str] | None = None,
+    pss_gate_mib: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each variant's overrides on top of `config` for `steps` steps; per variant its
     `run_one` result plus `measure(out_dir)`, or {"error": ...}. `describe` prints a run's
-    progress line (default: `run_line`)."""
+    progress line (default: `run_line`); `pss_gate_mib`: `run_tree`'s gated memory
+    reading, for runs whose time a PSS poll would disturb."""
     from tools.bench.lora import common_overrides, run_line, run_one
 
     results: dict[str, dict[str, Any]] = {}
@@ -37,7 +39,12 @@ def run_variants(
             out_dir = work / name
             try:
                 res = run_one(
-                    name, config, common_overrides(steps, out_dir) + overrides, out_dir, timeout_s
+                    name,
+                    config,
+                    common_overrides(steps, out_dir) + overrides,
+                    out_dir,
+                    timeout_s,
+                    pss_gate_mib=pss_gate_mib,
                 )
             except SystemExit as exc:  # run_tree's failure or timeout: keep the other runs
                 print(f"  {name}: FAILED: {exc}", flush=True)
