@@ -169,9 +169,8 @@ def prepare_vllm_environment(
     its AOT artifacts back; inductor's cache can) and zentorch hidden from vLLM's platform
     probe unless MINDRL_VLLM_ZEN=1 (its Zen platform leaks memory at every weight sync); on
     GPU / NPU LOCAL_RANK as the index of this rank's device among the visible ones; on NPU
-    ``VLLM_ASCEND_ENABLE_NZ=0``, set
-    before vllm_ascend is imported. On NPU the plugin must be importable (it registers the
-    Ascend platform). Returns the adapter.
+    ``VLLM_ASCEND_ENABLE_NZ=0``, set before vllm_ascend is imported. On NPU the plugin must be
+    importable (it registers the Ascend platform). Returns the adapter.
     """
     platform = platform or engine_platform(accelerator)
     changes = platform.environment(os.environ)

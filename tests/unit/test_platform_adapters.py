@@ -15,15 +15,29 @@ from mindrl.rollout.platform_adapters import (
     CPUPlatform,
     EngineMemoryError,
     EnginePlatform,
-    _layerwise_reload,
-    _model_load_weights,
     engine_memory_share,
     engine_platform,
     visible_local_rank,
 )
+from mindrl.rollout.platform_ascend import _layerwise_reload, _model_load_weights
 from mindrl.rollout.vllm_options import VLLMEngineOptions, prepare_vllm_environment
 
 GIB = 1 << 30
+
+
+@pytest.fixture(autouse=True)
+def zentorch_entry_restored():
+    """prepare_vllm_environment("cpu") hides zentorch from vLLM through sys.modules, as in an
+    engine's process; each test's end puts the entry back as it found it."""
+    import sys
+
+    absent = object()
+    before = sys.modules.get("zentorch", absent)
+    yield
+    if before is absent:
+        sys.modules.pop("zentorch", None)
+    else:
+        sys.modules["zentorch"] = before
 
 
 # -- environment ------------------------------------------------------------------------------
@@ -79,7 +93,7 @@ def test_cpu_environment_is_unchanged_but_for_the_legacy_kv_cache_variable(caplo
     assert "VLLM_CPU_KVCACHE_SPACE" not in caplog.text
     # vLLM would let it override the KV cache size the engine is given: removed, said once
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
-    with caplog.at_level("WARNING", logger="mindrl.rollout.platform_adapters"):
+    with caplog.at_level("WARNING", logger="mindrl.rollout.platform_cpu"):
         prepare_vllm_environment("cpu")
     assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
     assert "VLLM_CPU_KVCACHE_SPACE=4 in the environment is ignored" in caplog.text
@@ -88,7 +102,7 @@ def test_cpu_environment_is_unchanged_but_for_the_legacy_kv_cache_variable(caplo
 def test_npu_environment_turns_fractal_nz_off(caplog):
     platform = AscendPlatform("0.11.0")
     assert platform.environment({})["VLLM_ASCEND_ENABLE_NZ"] == "0"
-    with caplog.at_level("WARNING", logger="mindrl.rollout.platform_adapters"):
+    with caplog.at_level("WARNING", logger="mindrl.rollout.platform_ascend"):
         out = platform.environment({"VLLM_ASCEND_ENABLE_NZ": "1", "LOCAL_RANK": "6"})
     assert out["VLLM_ASCEND_ENABLE_NZ"] == "0" and out["LOCAL_RANK"] == "6"
     assert "overridden to 0" in caplog.text
@@ -129,7 +143,7 @@ def test_ascend_adapter_per_version(version, mode, counts_resident):
 
 
 def test_unknown_ascend_version_is_taken_as_newest(caplog):
-    with caplog.at_level("WARNING", logger="mindrl.rollout.platform_adapters"):
+    with caplog.at_level("WARNING", logger="mindrl.rollout.platform_ascend"):
         assert AscendPlatform("not-a-version").weight_update == "reload_weights"
     assert "unknown" in caplog.text
 
@@ -372,14 +386,14 @@ def test_zen_settings_that_would_serve_stale_weights_are_overridden_with_a_warni
         "VLLM_ZENTORCH_WEIGHT_PREPACK": "0",
         "ZENDNNL_MATMUL_WEIGHT_CACHE": "1",
     }
-    with caplog.at_level("WARNING", logger="mindrl.rollout.platform_adapters"):
+    with caplog.at_level("WARNING", logger="mindrl.rollout.platform_cpu"):
         out = CPUPlatform().environment(env)
     assert out["VLLM_ZENTORCH_WEIGHT_PREPACK"] == "1"
     assert out["ZENDNNL_MATMUL_WEIGHT_CACHE"] == "0"
     assert "VLLM_ZENTORCH_WEIGHT_PREPACK=0 overridden to 1" in caplog.text
     assert "ZENDNNL_MATMUL_WEIGHT_CACHE=1 overridden to 0" in caplog.text
     caplog.clear()
-    with caplog.at_level("WARNING", logger="mindrl.rollout.platform_adapters"):
+    with caplog.at_level("WARNING", logger="mindrl.rollout.platform_cpu"):
         CPUPlatform().environment({"MINDRL_VLLM_ZEN": "1", "VLLM_ZENTORCH_WEIGHT_PREPACK": "1"})
     assert "overridden" not in caplog.text
     assert "VLLM_ZENTORCH_WEIGHT_PREPACK" not in EnginePlatform().environment({})
