@@ -51,7 +51,7 @@ def test_tree_memory_counts_children_and_failures_name_the_log(tmp_path):
 
 def test_gated_tree_memory_reads_pss_only_as_the_tree_grows():
     # 100 MB, then 200 MB more, then 3 s steady: the peak is still read, the steady polls
-    # read only RSS
+    # read only each process's statm
     code = (
         "import time; a = bytearray(100 * 2**20); a[::4096] = b'x' * len(a[::4096]); "
         "time.sleep(1); b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096]); "
