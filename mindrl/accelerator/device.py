@@ -29,7 +29,7 @@ def _npu_available() -> bool:
         import torch
         import torch_npu  # noqa: F401  (registers torch.npu)
 
-        return bool(torch.npu.is_available())
+        return bool(torch.npu.is_available())  # type: ignore[attr-defined]
     except Exception:  # a broken CANN install must not stop CPU users
         return False
 

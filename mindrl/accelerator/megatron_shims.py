@@ -75,7 +75,7 @@ def apply_cpu_shims() -> None:
 
     # rotary embedding (`RotaryEmbedding.forward`), TP mappings and layer init build tensors
     # on `torch.cuda.current_device()`.
-    torch.cuda.current_device = _cpu_current_device
+    torch.cuda.current_device = _cpu_current_device  # type: ignore[assignment]  # "cpu", no index
     # dist_checkpointing's preload / async save and timers call `torch.cuda.synchronize()`.
     torch.cuda.synchronize = _noop_synchronize
 
@@ -165,7 +165,7 @@ def cuda_tensor_type_names(active: bool) -> Iterator[None]:
             return name.replace("torch.", "torch.cuda.", 1)
         return name
 
-    torch.Tensor.type = cuda_named  # type: ignore[method-assign]
+    torch.Tensor.type = cuda_named  # type: ignore[method-assign, assignment]
     try:
         yield
     finally:

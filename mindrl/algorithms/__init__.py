@@ -53,7 +53,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "make_kl_controller",
     ),
     "logprobs": ("entropy_from_logits", "log_probs_from_logits"),
-    "loss": ("GRPOLossConfig", "grpo_loss"),
+    "loss": ("grpo_loss",),
+    "loss_config": ("GRPOLossConfig",),
     "ratios": ("ClippedTokens",),
     "policy_loss": (
         "PolicyLoss",

@@ -2,59 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from mindrl.algorithms.aggregation import aggregate_loss, masked_mean
 from mindrl.algorithms.kl import kl_penalty
-from mindrl.algorithms.names import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSS_MODES
+from mindrl.algorithms.loss_config import GRPOLossConfig
 from mindrl.algorithms.policy_loss import compute_policy_loss
 from mindrl.algorithms.tis import tis_weights
-
-
-@dataclass(frozen=True)
-class GRPOLossConfig:
-    """Loss knobs (rl_config / actor names as in MindSpeed-RL and verl).
-
-    clip_ratio is the low bound and the high one unless clip_ratio_high (DAPO/ms-swift
-    `epsilon_high`) is set; clip_ratio_c is the dual-clip cap for negative advantages (None
-    disables it). With use_tis, each token's pg loss is weighted by
-    min(pi_old / pi_rollout, tis_cap).
-    """
-
-    clip_ratio: float = 0.2
-    clip_ratio_high: float | None = None
-    clip_ratio_c: float | None = 3.0
-    loss_agg_mode: str = "token-mean"
-    loss_agg_horizon: int | None = None
-    policy_loss: str = "vanilla"
-    use_kl_loss: bool = False
-    kl_loss_coef: float = 0.001
-    kl_loss_type: str = "low_var_kl"
-    entropy_coeff: float = 0.0
-    use_tis: bool = False
-    tis_cap: float = 2.0
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.clip_ratio < 1.0:
-            raise ValueError(f"clip_ratio must be in [0, 1), got {self.clip_ratio}")
-        if self.clip_ratio_high is not None and self.clip_ratio_high < 0:
-            raise ValueError(f"clip_ratio_high must be >= 0, got {self.clip_ratio_high}")
-        if self.clip_ratio_c is not None and self.clip_ratio_c <= 1.0:
-            raise ValueError(f"clip_ratio_c must be > 1, got {self.clip_ratio_c}")
-        if self.policy_loss not in POLICY_LOSS_MODES:
-            raise ValueError(f"policy_loss {self.policy_loss!r} not in {POLICY_LOSS_MODES}")
-        if self.loss_agg_mode not in LOSS_AGG_MODES:
-            raise ValueError(f"loss_agg_mode {self.loss_agg_mode!r} not in {LOSS_AGG_MODES}")
-        if self.loss_agg_horizon is not None and self.loss_agg_horizon <= 0:
-            raise ValueError(f"loss_agg_horizon must be > 0, got {self.loss_agg_horizon}")
-        if self.kl_loss_type not in KL_TYPES:
-            raise ValueError(f"kl_loss_type {self.kl_loss_type!r} not in {KL_TYPES}")
-        if self.kl_loss_coef < 0 or self.entropy_coeff < 0:
-            raise ValueError("kl_loss_coef and entropy_coeff must be >= 0")
-        if self.tis_cap <= 0:
-            raise ValueError(f"tis_cap must be > 0, got {self.tis_cap}")
 
 
 def grpo_loss(
@@ -114,7 +68,7 @@ def grpo_loss(
     if cfg.use_kl_loss and ref_log_prob is None:
         raise ValueError("use_kl_loss needs ref_log_prob")
     if ref_log_prob is not None:
-        kl = kl_penalty(log_prob, ref_log_prob, cfg.kl_loss_type)
+        kl = kl_penalty(log_prob, ref_log_prob, cfg.kl_penalty)
         kl_loss = reduce(kl)
         metrics["actor/kl_loss"] = float(kl_loss.detach())
         if cfg.use_kl_loss:

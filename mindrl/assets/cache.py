@@ -24,11 +24,12 @@ def assets_root() -> Path:
     return root
 
 
-def build_atomically(target: Path, build: Callable[[Path], None]) -> Path:
+def build_atomically(target: Path, build: Callable[[Path], object]) -> Path:
     """Build into a temp folder beside ``target`` and rename it into place.
 
     Rename of a directory is atomic on one file system, so readers never see a half-written
     folder. If another process won the race, its folder is kept and ours is discarded.
+    What `build` returns is ignored.
     """
     if target.is_dir():
         return target

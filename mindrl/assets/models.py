@@ -1,18 +1,26 @@
-"""Tiny random Qwen2 / Llama / Qwen3 / Qwen3-MoE / Llama-3.1-style models, built from code with
-transformers' own config classes: every argument set gives bit-identical HF folders, cached under
-a hash of the arguments."""
+"""Tiny random models of any registered family (Qwen2 / Llama / Qwen3 / Qwen3-MoE, a
+Llama-3.1-style preset, and families registered at run time), built from code with transformers'
+own config and model classes as the family module names them: every argument set gives
+bit-identical HF folders, cached under a hash of the arguments."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mindrl.assets.cache import assets_root, build_atomically
 from mindrl.assets.tokenizer import TINY_TOKENIZER_SIZE, build_tiny_tokenizer, tiny_token_ids
+from mindrl.families import registry
+from mindrl.families.llama import LLAMA
+from mindrl.families.qwen2 import QWEN2
+from mindrl.families.qwen3 import QWEN3
+from mindrl.families.qwen3_moe import QWEN3_MOE
+from mindrl.families.spec import FamilySpec
 from mindrl.models.dtypes import dtype_long_name
 
 if TYPE_CHECKING:
@@ -21,7 +29,6 @@ if TYPE_CHECKING:
 # Bump when the bytes a builder writes change, so stale cached folders are not reused.
 TINY_BUILD_VERSION = 1
 
-FAMILIES = ("qwen2", "llama", "qwen3", "llama31", "qwen3_moe")
 # Fields left out of the hash at their default, so folders built before they existed are reused.
 _HASH_OPTIONAL = ("head_dim", "num_experts", "moe_ffn_hidden_size", "moe_topk")
 # llama31: Llama with Llama 3.1's rope scaling, its parameters chosen so that, at head_dim 32,
@@ -33,13 +40,42 @@ TINY_LLAMA3_ROPE = {
     "high_freq_factor": 2.0,
     "original_max_position_embeddings": 128,
 }
+# Tiny presets that are a family plus HF config fields (not families of their own).
+TINY_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama31": (LLAMA.name, {"rope_scaling": TINY_LLAMA3_ROPE}),
+}
+
+
+def tiny_families() -> tuple[str, ...]:
+    """What `TinyModelSpec.family` accepts: the registered families and the presets."""
+    return (*registry.built_names(), *TINY_PRESETS)
+
+
+def _family_of(name: str) -> tuple[FamilySpec, dict[str, Any]]:
+    """The family spec of a tiny family name and the preset's extra HF config fields."""
+    family, extra = TINY_PRESETS.get(name, (name, {}))
+    spec = registry.built_family(family)
+    if spec is None:
+        raise ValueError(f"family must be one of {tiny_families()}, got {name!r}")
+    return spec, dict(extra)
+
+
+@dataclass(frozen=True)
+class _TinyExperts:
+    """The MoE fields a family's `hf_fields_from_arch` reads, for a tiny model."""
+
+    num_experts: int
+    moe_router_topk: int
+    expert_ffn_hidden_size: int
+    norm_topk_prob: bool = True
+    moe_aux_loss_coeff: float = 0.001
 
 
 @dataclass(frozen=True)
 class TinyModelSpec:
     """Everything that determines a tiny model's bytes; its hash names the cache folder."""
 
-    family: str = "qwen2"
+    family: str = QWEN2.name  # a registered family or a TINY_PRESETS name
     vocab_size: int | None = None
     hidden_size: int = 128
     num_layers: int = 2
@@ -61,10 +97,9 @@ class TinyModelSpec:
 
     def resolved(self) -> TinyModelSpec:
         """Fill defaults that depend on other fields and validate the combination."""
-        if self.family not in FAMILIES:
-            raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
-        qkv_bias = self.family == "qwen2" if self.qkv_bias is None else bool(self.qkv_bias)
-        if qkv_bias != (self.family == "qwen2"):
+        features = _family_of(self.family)[0].features
+        qkv_bias = features.qkv_bias if self.qkv_bias is None else bool(self.qkv_bias)
+        if qkv_bias != features.qkv_bias:
             # Qwen2ForCausalLM always has q/k/v biases; Llama's attention_bias also adds an
             # o_proj bias, which is not the qkv-bias layout, so neither combination exists.
             raise ValueError(f"family {self.family!r} requires qkv_bias={not qkv_bias}")
@@ -84,8 +119,9 @@ class TinyModelSpec:
             )
         dtype = dtype_long_name(self.dtype)
         resolved: dict[str, Any] = {"vocab_size": vocab, "qkv_bias": qkv_bias, "dtype": dtype}
-        if (self.family == "qwen3_moe") != (self.num_experts is not None):
-            raise ValueError("num_experts is set for family qwen3_moe, and only for it")
+        if features.moe != (self.num_experts is not None):
+            moe = [s.name for s in registry.built_families() if s.features.moe]
+            raise ValueError(f"num_experts is set for family {' / '.join(moe)}, and only for it")
         if self.num_experts is not None:
             resolved["moe_ffn_hidden_size"] = self.moe_ffn_hidden_size or self.ffn_hidden_size
             resolved["moe_topk"] = self.moe_topk or 2
@@ -101,12 +137,15 @@ class TinyModelSpec:
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-def tiny_model_config(spec: TinyModelSpec | None = None, **variant: Any):
-    """The HF config (``Qwen2Config``, ``LlamaConfig``, ``Qwen3Config`` or ``Qwen3MoeConfig``)
-    of a tiny model."""
+def tiny_model_config(spec: TinyModelSpec | None = None, **variant: Any) -> Any:
+    """The HF config of a tiny model: the transformers config class its family module names
+    (``Qwen2Config``, ``LlamaConfig``, ``Qwen3Config``, ``Qwen3MoeConfig``, ...)."""
+    import transformers
+
     spec = (spec or TinyModelSpec(**variant)).resolved()
+    family, preset = _family_of(spec.family)
     ids = tiny_token_ids()
-    common = dict(
+    fields: dict[str, Any] = dict(
         vocab_size=spec.vocab_size,
         hidden_size=spec.hidden_size,
         intermediate_size=spec.ffn_hidden_size,
@@ -126,34 +165,16 @@ def tiny_model_config(spec: TinyModelSpec | None = None, **variant: Any):
         use_cache=True,
         dtype=spec.dtype,
     )
-    if spec.family == "qwen2":
-        from transformers import Qwen2Config
-
-        return Qwen2Config(use_sliding_window=False, **common)
-    if spec.family == "qwen3":
-        from transformers import Qwen3Config
-
-        return Qwen3Config(use_sliding_window=False, attention_bias=False, **common)
-    if spec.family == "qwen3_moe":
-        from transformers import Qwen3MoeConfig
-
-        return Qwen3MoeConfig(
-            use_sliding_window=False,
-            attention_bias=False,
+    fields.update(preset)
+    fields.update(family.tiny_hf_fields)
+    if spec.num_experts is not None:
+        experts = _TinyExperts(
             num_experts=spec.num_experts,
-            num_experts_per_tok=spec.moe_topk,
-            moe_intermediate_size=spec.moe_ffn_hidden_size,
-            norm_topk_prob=True,
-            decoder_sparse_step=1,
-            mlp_only_layers=[],
-            router_aux_loss_coef=0.001,
-            **common,
+            moe_router_topk=spec.moe_topk or 2,
+            expert_ffn_hidden_size=spec.moe_ffn_hidden_size or spec.ffn_hidden_size,
         )
-    from transformers import LlamaConfig
-
-    if spec.family == "llama31":
-        common["rope_scaling"] = dict(TINY_LLAMA3_ROPE)
-    return LlamaConfig(attention_bias=False, mlp_bias=False, **common)
+        fields.update(family.hf_fields_from_arch(experts))
+    return getattr(transformers, family.hf_config_class)(**fields)
 
 
 _EMBED_STD = 0.05
@@ -187,7 +208,7 @@ def _init_weights(model, seed: int) -> None:
 def build_tiny_model(
     out_dir: str | os.PathLike,
     *,
-    family: str = "qwen2",
+    family: str = QWEN2.name,
     vocab_size: int | None = None,
     hidden_size: int = 128,
     num_layers: int = 2,
@@ -203,9 +224,8 @@ def build_tiny_model(
     moe_ffn_hidden_size: int | None = None,
     moe_topk: int | None = None,
 ) -> Path:
-    """Write an HF folder of a random-init tiny ``Qwen2ForCausalLM`` / ``LlamaForCausalLM`` /
-    ``Qwen3ForCausalLM`` / ``Qwen3MoeForCausalLM`` (family qwen2 / llama or llama31 / qwen3 /
-    qwen3_moe).
+    """Write an HF folder of a random-init tiny model of `family` (its family module's HF
+    class: ``Qwen2ForCausalLM`` for qwen2, ``LlamaForCausalLM`` for llama or llama31, ...).
 
     The folder holds config.json, model.safetensors, generation_config.json and the tiny
     tokenizer; the same arguments give bit-identical files. ``vocab_size`` defaults to the
@@ -213,13 +233,8 @@ def build_tiny_model(
     in Qwen's checkpoints).
     """
     import torch
-    from transformers import (
-        GenerationConfig,
-        LlamaForCausalLM,
-        Qwen2ForCausalLM,
-        Qwen3ForCausalLM,
-        Qwen3MoeForCausalLM,
-    )
+    import transformers
+    from transformers import GenerationConfig
 
     spec = TinyModelSpec(
         family=family,
@@ -241,12 +256,7 @@ def build_tiny_model(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = tiny_model_config(spec)
-    classes = {
-        "qwen2": Qwen2ForCausalLM,
-        "qwen3": Qwen3ForCausalLM,
-        "qwen3_moe": Qwen3MoeForCausalLM,
-    }
-    model_cls = classes.get(spec.family, LlamaForCausalLM)
+    model_cls = getattr(transformers, _family_of(spec.family)[0].hf_architecture)
     model = model_cls(config).to(torch.float32)
     _init_weights(model, spec.seed)
     model = model.to(getattr(torch, spec.dtype))
@@ -269,7 +279,7 @@ def tiny_model_dir(**variant: Any) -> Path:
 def tiny_qwen3_dir() -> Path:
     """Tiny Qwen3ForCausalLM: q/k norm, head_dim 64 (not hidden / heads = 32), tied embeddings
     (as Qwen3-0.6B), the tiny tokenizer's 448 rows: `${asset:tiny_qwen3}`."""
-    return tiny_model_dir(family="qwen3", head_dim=64)
+    return tiny_model_dir(family=QWEN3.name, head_dim=64)
 
 
 def tiny_llama31_dir() -> Path:
@@ -283,9 +293,18 @@ def tiny_qwen3_moe_dir() -> Path:
     (norm_topk_prob, as Qwen3-30B-A3B), q/k norm, head_dim 32, untied embeddings:
     `${asset:tiny_qwen3_moe}`."""
     return tiny_model_dir(
-        family="qwen3_moe",
+        family=QWEN3_MOE.name,
         num_experts=8,
         moe_ffn_hidden_size=64,
         moe_topk=2,
         tie_word_embeddings=False,
     )
+
+
+# `${asset:NAME}` names of the tiny models (mindrl.config.resolvers).
+TINY_ASSETS: dict[str, Callable[[], Path]] = {
+    "tiny": tiny_model_dir,
+    "tiny_qwen3": tiny_qwen3_dir,
+    "tiny_llama31": tiny_llama31_dir,
+    "tiny_qwen3_moe": tiny_qwen3_moe_dir,
+}

@@ -9,15 +9,17 @@ in --save-dir unless the conversion completed.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from mindrl.checkpoint.errors import ConversionError, short_reason
+from mindrl.families import registry
 
 MODEL_TYPES = ("hf", "mg")
-MODEL_TYPES_HF = ("llama", "llama2", "llama3", "qwen2", "qwen25", "qwen3", "qwen3_moe")
 DTYPES = ("fp32", "bf16", "fp16")
 
 
@@ -46,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--model-type-hf",
         metavar="NAME",
-        help=f"HF architecture variant ({', '.join(MODEL_TYPES_HF)}); optional: the "
+        help="HF architecture variant "
+        f"({', '.join(registry.MODEL_TYPE_HF_NAMES)}); optional: the "
         "checkpoint's config.json decides the family, a flag that disagrees gets a notice",
     )
     p.add_argument(
@@ -110,13 +113,13 @@ def _check_flags_against_record(args: argparse.Namespace) -> None:
     """A megatron checkpoint records its family: family flags that disagree get a notice
     (they change nothing; the record decides, as config.json does for HF input)."""
     from mindrl.checkpoint.mcore_io import read_checkpoint_info
-    from mindrl.config.model_arch import HF_FAMILIES
 
     if args.model_type_hf is None and args.add_qkv_bias is None:
         return
     arch = read_checkpoint_info(args.load_dir).arch
     says = f"the checkpoint records {arch.family}"
-    if args.model_type_hf is not None and HF_FAMILIES.get(args.model_type_hf) != arch.family:
+    named = registry.family_of_variant(args.model_type_hf) if args.model_type_hf else None
+    if args.model_type_hf is not None and named != arch.family:
         _notice(f"--model-type-hf {args.model_type_hf}: {says}; converting as {arch.family}")
     if args.add_qkv_bias and not arch.add_qkv_bias:
         _notice(f"--add-qkv-bias: {says}; converting without q/k/v biases")
@@ -130,21 +133,7 @@ def run(args: argparse.Namespace) -> str:
     progress = not args.no_progress
     if args.load_model_type == "mg":
         _check_flags_against_record(args)
-    if args.load_model_type == "hf":
-        result = offline.convert_hf_to_mcore(
-            args.load_dir,
-            args.save_dir,
-            target_tensor_parallel_size=args.target_tensor_parallel_size,
-            target_pipeline_parallel_size=args.target_pipeline_parallel_size,
-            target_expert_parallel_size=args.target_expert_parallel_size,
-            params_dtype=args.params_dtype,
-            model_type_hf=args.model_type_hf,
-            add_qkv_bias=args.add_qkv_bias,
-            tokenizer_dir=_tokenizer_dir(args),
-            progress=progress,
-            notify=_notice,
-        )
-    elif args.save_model_type == "hf":
+    if args.save_model_type == "hf":  # from mg: hf -> hf is refused above
         result = offline.convert_mcore_to_hf(
             args.load_dir,
             args.save_dir,
@@ -153,8 +142,17 @@ def run(args: argparse.Namespace) -> str:
             tokenizer_dir=_tokenizer_dir(args),
             progress=progress,
         )
-    else:
-        result = offline.convert_mcore_to_mcore(
+    else:  # to a megatron checkpoint laid out for the --target-* flags
+        convert: Callable[..., offline.ConversionResult] = offline.convert_mcore_to_mcore
+        if args.load_model_type == "hf":
+            convert = functools.partial(
+                offline.convert_hf_to_mcore,
+                model_type_hf=args.model_type_hf,
+                add_qkv_bias=args.add_qkv_bias,
+                tokenizer_dir=_tokenizer_dir(args),
+                notify=_notice,
+            )
+        result = convert(
             args.load_dir,
             args.save_dir,
             target_tensor_parallel_size=args.target_tensor_parallel_size,

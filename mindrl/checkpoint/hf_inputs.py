@@ -45,16 +45,15 @@ def reconcile_hf_flags(
     with a notice, not an error; the tensor coverage check still verifies every weight.
     MindSpeed-RL's spelling for Qwen2.5, `--model-type-hf llama2 --add-qkv-bias`, gets one.
     """
-    from mindrl.config.model_arch import HF_FAMILIES
-    from mindrl.config.model_family import MODEL_TYPE_HF_ALIASES
+    from mindrl.families import registry
 
     arch = arch_from_hf_config(hf_dir)
     notices = []
     says = f"the checkpoint's config.json says {arch.family}"
     if model_type_hf is not None:
-        family = HF_FAMILIES.get(model_type_hf)
-        if family is None and model_type_hf.lower() not in MODEL_TYPE_HF_ALIASES:
-            known = sorted({*HF_FAMILIES, *MODEL_TYPE_HF_ALIASES})
+        family = registry.family_of_variant(model_type_hf)
+        if family is None and registry.alias_family(model_type_hf) is None:
+            known = registry.known_spellings()
             raise ConversionError(
                 f"--model-type-hf {model_type_hf} is not a model family ({', '.join(known)})"
             )

@@ -255,7 +255,7 @@ class HFShardWriter:
             self._open = (shard, fh)
         t = tensor.detach().to(device="cpu", dtype=self.dtype).contiguous()
         if t.numel():
-            self._open[1].write(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+            self._open[1].write(t.reshape(-1).view(torch.uint8).numpy().data)
         self._next += 1
 
     def _close(self) -> None:

@@ -1,9 +1,11 @@
-"""HF <-> megatron-core parameter mapping: one declarative table per architecture family.
+"""HF <-> megatron-core parameter mapping: each family's declarative table, bound to an
+architecture.
 
-Each `ParamRule` names one megatron-core parameter, the HF tensor(s) it is made of, the symbolic
-HF shapes, and its split rule over tensor parallelism. Both directions read the same entries
-(`mindrl.checkpoint.transforms` implements each split rule forwards and backwards), so the
-HF -> mcore and mcore -> HF renames cannot drift apart.
+The tables live in the family modules (`mindrl.families`: one `ParamRule` per megatron-core
+parameter, with its HF tensor(s), symbolic HF shapes and split rule over tensor parallelism);
+both directions read the same entries (`mindrl.checkpoint.transforms` implements each split
+rule forwards and backwards), so the HF -> mcore and mcore -> HF renames cannot drift apart.
+Here they are bound to an architecture's sizes, layers and experts.
 
 Names use megatron-core's local layer spec ("decoder.layers.{layer}.input_layernorm.weight");
 `TE_ALIASES` gives the transformer-engine spec's names for the norms it fuses into the
@@ -13,206 +15,33 @@ under local indices (`mindrl.checkpoint.online` translates).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 from mindrl.checkpoint.errors import ConversionError
 from mindrl.config.model_arch import ModelArchConfig
+from mindrl.families import registry
+from mindrl.families.rules import ParamRule, Split
 
 
-class Split(str, Enum):
-    """How a megatron-core parameter is laid out over TP ranks (and built from HF tensors)."""
+class _Tables(Mapping[str, tuple[ParamRule, ...]]):
+    """family -> its mapping table, as the family registry holds them now (a family registered
+    at run time has its table here too)."""
 
-    REPLICATED = "replicated"  # norms: every TP rank holds the whole tensor
-    COLUMN = "column"  # dim 0 (output features) split evenly over TP
-    ROW = "row"  # dim 1 (input features) split evenly over TP
-    VOCAB = "vocab"  # dim 0 padded to the padded vocab, then split evenly over TP
-    QKV = "qkv"  # q, k, v fused per query group [q heads of group, k, v]; groups split over TP
-    GATE_UP = "gate_up"  # gate and up each split over TP; rank r holds [gate_r; up_r]
+    def __getitem__(self, family: str) -> tuple[ParamRule, ...]:
+        spec = registry.built_family(family)
+        if spec is None:
+            raise KeyError(family)
+        return spec.rules
 
+    def __iter__(self) -> Iterator[str]:
+        return iter(registry.built_names())
 
-@dataclass(frozen=True)
-class ParamRule:
-    """One megatron-core parameter and the HF tensor(s) it corresponds to.
-
-    `hf_shapes` gives each HF tensor's shape in symbols: hidden, ffn, vocab, q (= heads x
-    head_dim), kv (= kv heads x head_dim), head (= head_dim). `when` restricts the rule to architectures with
-    qkv_bias / tied / untied embeddings. `load_only` rules fill a megatron parameter that is a
-    copy of another (the tied output layer on the last pipeline stage); exports skip them.
-    """
-
-    mcore: str
-    hf: tuple[str, ...]
-    hf_shapes: tuple[tuple[str, ...], ...]
-    split: Split
-    when: str | None = None
-    load_only: bool = False
-
-    @property
-    def per_layer(self) -> bool:
-        return "{layer}" in self.mcore
-
-    @property
-    def per_expert(self) -> bool:
-        return "{expert}" in self.mcore
-
-    def applies_to(self, arch: ModelArchConfig) -> bool:
-        return {
-            None: True,
-            "qkv_bias": arch.add_qkv_bias,
-            "tied": arch.tie_word_embeddings,
-            "untied": not arch.tie_word_embeddings,
-        }[self.when]
+    def __len__(self) -> int:
+        return len(registry.built_names())
 
 
-_L = "model.layers.{layer}."
-_D = "decoder.layers.{layer}."
-
-LLAMA_RULES: tuple[ParamRule, ...] = (
-    ParamRule(
-        "embedding.word_embeddings.weight",
-        ("model.embed_tokens.weight",),
-        (("vocab", "hidden"),),
-        Split.VOCAB,
-    ),
-    ParamRule(
-        _D + "input_layernorm.weight",
-        (_L + "input_layernorm.weight",),
-        (("hidden",),),
-        Split.REPLICATED,
-    ),
-    ParamRule(
-        _D + "self_attention.linear_qkv.weight",
-        (
-            _L + "self_attn.q_proj.weight",
-            _L + "self_attn.k_proj.weight",
-            _L + "self_attn.v_proj.weight",
-        ),
-        (("q", "hidden"), ("kv", "hidden"), ("kv", "hidden")),
-        Split.QKV,
-    ),
-    ParamRule(
-        _D + "self_attention.linear_proj.weight",
-        (_L + "self_attn.o_proj.weight",),
-        (("hidden", "q"),),
-        Split.ROW,
-    ),
-    ParamRule(
-        _D + "pre_mlp_layernorm.weight",
-        (_L + "post_attention_layernorm.weight",),
-        (("hidden",),),
-        Split.REPLICATED,
-    ),
-    ParamRule(
-        _D + "mlp.linear_fc1.weight",
-        (_L + "mlp.gate_proj.weight", _L + "mlp.up_proj.weight"),
-        (("ffn", "hidden"), ("ffn", "hidden")),
-        Split.GATE_UP,
-    ),
-    ParamRule(
-        _D + "mlp.linear_fc2.weight",
-        (_L + "mlp.down_proj.weight",),
-        (("hidden", "ffn"),),
-        Split.ROW,
-    ),
-    ParamRule(
-        "decoder.final_layernorm.weight",
-        ("model.norm.weight",),
-        (("hidden",),),
-        Split.REPLICATED,
-    ),
-    ParamRule(
-        "output_layer.weight",
-        ("lm_head.weight",),
-        (("vocab", "hidden"),),
-        Split.VOCAB,
-        when="untied",
-    ),
-    # Tied embeddings with PP > 1: the last stage holds its own copy of the embedding.
-    ParamRule(
-        "output_layer.weight",
-        ("model.embed_tokens.weight",),
-        (("vocab", "hidden"),),
-        Split.VOCAB,
-        when="tied",
-        load_only=True,
-    ),
-)
-
-QWEN2_RULES: tuple[ParamRule, ...] = LLAMA_RULES + (
-    ParamRule(
-        _D + "self_attention.linear_qkv.bias",
-        (_L + "self_attn.q_proj.bias", _L + "self_attn.k_proj.bias", _L + "self_attn.v_proj.bias"),
-        (("q",), ("kv",), ("kv",)),
-        Split.QKV,
-        when="qkv_bias",
-    ),
-)
-
-# Qwen3: Llama plus an RMSNorm over each query / key head (one weight of head_dim, shared by
-# every head, so every TP rank holds all of it), placed after the QKV projection.
-QWEN3_RULES: tuple[ParamRule, ...] = (
-    LLAMA_RULES[:3]
-    + (
-        ParamRule(
-            _D + "self_attention.q_layernorm.weight",
-            (_L + "self_attn.q_norm.weight",),
-            (("head",),),
-            Split.REPLICATED,
-        ),
-        ParamRule(
-            _D + "self_attention.k_layernorm.weight",
-            (_L + "self_attn.k_norm.weight",),
-            (("head",),),
-            Split.REPLICATED,
-        ),
-    )
-    + LLAMA_RULES[3:]
-)
-
-# Qwen3-MoE: Qwen3's attention; the MLP is a router (one row of logits weights per expert,
-# replicated over TP) and `{expert}` SwiGLU experts, each split over TP like a dense MLP. The
-# mcore names carry the *global* expert index (megatron's checkpoint key); an expert-parallel
-# rank holds experts [ep_rank x E / EP, ...) under local indices (`mindrl.checkpoint.online`).
-_E = _D + "mlp.experts.local_experts.{expert}."
-_HE = _L + "mlp.experts.{expert}."
-QWEN3_MOE_RULES: tuple[ParamRule, ...] = (
-    tuple(
-        r
-        for r in QWEN3_RULES
-        if ".mlp.linear_fc" not in r.mcore
-        and "final_layernorm" not in r.mcore
-        and "output_layer" not in r.mcore
-    )
-    + (
-        ParamRule(
-            _D + "mlp.router.weight",
-            (_L + "mlp.gate.weight",),
-            (("experts", "hidden"),),
-            Split.REPLICATED,
-        ),
-        ParamRule(
-            _E + "linear_fc1.weight",
-            (_HE + "gate_proj.weight", _HE + "up_proj.weight"),
-            (("moe_ffn", "hidden"), ("moe_ffn", "hidden")),
-            Split.GATE_UP,
-        ),
-        ParamRule(
-            _E + "linear_fc2.weight",
-            (_HE + "down_proj.weight",),
-            (("hidden", "moe_ffn"),),
-            Split.ROW,
-        ),
-    )
-    + tuple(r for r in QWEN3_RULES if "final_layernorm" in r.mcore or "output_layer" in r.mcore)
-)
-
-TABLES: dict[str, tuple[ParamRule, ...]] = {
-    "llama": LLAMA_RULES,
-    "qwen2": QWEN2_RULES,
-    "qwen3": QWEN3_RULES,
-    "qwen3_moe": QWEN3_MOE_RULES,
-}
+TABLES: Mapping[str, tuple[ParamRule, ...]] = _Tables()
 
 # transformer-engine spec: the norms are fused into the next linear layer.
 TE_ALIASES = {
@@ -249,15 +78,14 @@ def rules_for(arch: ModelArchConfig) -> tuple[ParamRule, ...]:
             f"(model_type_hf={arch.model_type_hf!r}); known: {sorted(TABLES)}"
         )
     if arch.add_qkv_bias and not any(r.when == "qkv_bias" for r in table):
+        biased = registry.qkv_bias_family()
         raise ConversionError(
             f"--add-qkv-bias is set but the {arch.family} mapping has no QKV bias "
-            "(use --model-type-hf qwen2 for Qwen2 checkpoints)"
+            f"(use --model-type-hf {biased.name} for {biased.display_name} checkpoints)"
         )
-    if arch.qk_layernorm != (arch.family in ("qwen3", "qwen3_moe")):
-        raise ConversionError(
-            f"qk_layernorm={arch.qk_layernorm} does not fit the {arch.family} mapping "
-            "(q/k layernorm is Qwen3's: model_type_hf qwen3)"
-        )
+    problem = registry.qk_norm_problem(arch)
+    if problem:
+        raise ConversionError(problem)
     return tuple(r for r in table if r.applies_to(arch))
 
 
@@ -292,7 +120,7 @@ def bind(
 
 
 def bound_rules(
-    arch: ModelArchConfig, *, layers: range | None = None, include_load_only: bool = False
+    arch: ModelArchConfig, *, layers: Sequence[int] | None = None, include_load_only: bool = False
 ) -> list[BoundRule]:
     """Every parameter of the model in a stable order: embedding, layers 0..L-1, final norm,
     output layer; within a layer, each per-expert rule for experts 0..E-1. `layers` restricts

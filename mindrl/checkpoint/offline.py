@@ -164,6 +164,25 @@ def _fill_entry(entry: Any, pieces: list[Any], name: str) -> Any:
     raise ConversionError(f"{name}: unexpected sharded entry {type(entry).__name__}")
 
 
+def _check_layout(arch: ModelArchConfig, tp: int, pp: int, ep: int) -> None:
+    """The target layout splits `arch` evenly (heads, kv heads, ffn, layers, experts)."""
+    try:
+        validate_parallel_layout(arch, tp, pp, ep)
+    except ValueError as exc:
+        raise ConversionError(str(exc)) from exc
+
+
+def _open_checkpoint(load_dir: str | Path, save_dir: Path) -> tuple[Path, McoreCheckpointInfo]:
+    """A megatron checkpoint's iteration folder and record, once the output folder is known
+    to be new and apart from it and the checkpoint's files are all there (before any work)."""
+    check_separate_dirs(load_dir, save_dir)
+    check_new_target(save_dir)
+    iter_dir = resolve_iteration_dir(load_dir)
+    info = read_checkpoint_info(iter_dir)
+    check_dist_checkpoint_files(iter_dir)
+    return iter_dir, info
+
+
 def convert_hf_to_mcore(
     hf_dir: str | Path,
     save_dir: str | Path,
@@ -193,15 +212,12 @@ def convert_hf_to_mcore(
     )
     for notice in notices:
         (notify or logger.warning)(notice)
-    try:
-        validate_parallel_layout(
-            arch,
-            target_tensor_parallel_size,
-            target_pipeline_parallel_size,
-            target_expert_parallel_size,
-        )
-    except ValueError as exc:
-        raise ConversionError(str(exc)) from exc
+    _check_layout(
+        arch,
+        target_tensor_parallel_size,
+        target_pipeline_parallel_size,
+        target_expert_parallel_size,
+    )
     reader = HFCheckpointReader(hf_dir)
     check_hf_coverage(reader, arch)
     rules = bound_rules(arch)
@@ -273,11 +289,7 @@ def convert_mcore_to_hf(
     """
     start = time.perf_counter()
     save_dir = Path(save_dir)
-    check_separate_dirs(load_dir, save_dir)
-    check_new_target(save_dir)
-    iter_dir = resolve_iteration_dir(load_dir)
-    info = read_checkpoint_info(iter_dir)
-    check_dist_checkpoint_files(iter_dir)
+    iter_dir, info = _open_checkpoint(load_dir, save_dir)
     arch = info.arch
     out_dtype = torch_dtype(params_dtype or info.params_dtype)
     out_dtype_name = str(out_dtype).removeprefix("torch.")
@@ -334,21 +346,14 @@ def convert_mcore_to_mcore(
     """
     start = time.perf_counter()
     save_dir = Path(save_dir)
-    check_separate_dirs(load_dir, save_dir)
-    check_new_target(save_dir)
-    iter_dir = resolve_iteration_dir(load_dir)
-    info = read_checkpoint_info(iter_dir)
-    check_dist_checkpoint_files(iter_dir)
+    iter_dir, info = _open_checkpoint(load_dir, save_dir)
     arch = info.arch
-    try:
-        validate_parallel_layout(
-            arch,
-            target_tensor_parallel_size,
-            target_pipeline_parallel_size,
-            target_expert_parallel_size,
-        )
-    except ValueError as exc:
-        raise ConversionError(str(exc)) from exc
+    _check_layout(
+        arch,
+        target_tensor_parallel_size,
+        target_pipeline_parallel_size,
+        target_expert_parallel_size,
+    )
     dtype_name = dtype_short_name(params_dtype or info.params_dtype)
     dtype = torch_dtype(dtype_name)
     new_info = dataclasses.replace(

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -94,7 +95,7 @@ def ray_connection(address: str) -> Iterator[None]:
     """A short-lived driver connection (`ray.init(address=...)`), always disconnected after."""
     import ray
 
-    ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+    ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     # a launch script stops its waiting helper with SIGTERM: leave quietly, disconnecting first
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:

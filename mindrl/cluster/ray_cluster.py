@@ -60,8 +60,8 @@ logger = logging.getLogger(__name__)
 LOOPBACK_ONLY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 NO_IDLE_WORKERS = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
 # A call's arguments and result up to this size travel inside the call instead of through the
-# object store (Ray's default: 100 KiB). A step's batch is ~110 KB for the tiny run's 64
-# samples: through the store a call took 5.2 ms, inline 3.2 ms (one process, this CPU).
+# object store (Ray's default: 100 KiB). A small run's step batch is just over Ray's default,
+# and a store round trip costs more than copying it inline.
 INLINE_CALL_BYTES = {"max_direct_call_object_size": 1 << 20}
 
 # Driver variables that workers need to behave like the driver (offline hubs, asset cache,
@@ -108,7 +108,7 @@ def use_token_auth_for_address(address: str | None) -> None:
         os.environ["RAY_AUTH_MODE"] = "token"
         if "ray" in sys.modules:
             try:
-                from ray._raylet import Config
+                from ray._raylet import Config  # type: ignore[attr-defined]  # compiled, untyped
 
                 Config.initialize("")
             except (ImportError, AttributeError):  # another Ray: the variable alone must do
@@ -131,7 +131,8 @@ def ray_init_kwargs(
         kwargs["address"] = "local"
     kwargs["num_cpus"] = int(runtime.ray_num_cpus or os.cpu_count() or 1)
     # mindrl's workers are actors, each started when it is created: idle task workers that
-    # Ray starts ahead (one per CPU, ~60 MB each) would wait the whole run for nothing
+    # Ray starts ahead (one per CPU, each a Python process's memory) would wait the whole run
+    # for nothing
     kwargs["_system_config"] = {**NO_IDLE_WORKERS, **INLINE_CALL_BYTES}
     kwargs["_node_ip_address"] = LOOPBACK  # kept only with LOOPBACK_ONLY_ENV (see above)
     kwargs["include_dashboard"] = bool(runtime.ray_dashboard)

@@ -86,7 +86,7 @@ class WorkerGroup:
         self._actors: list[Any] = []
         self._killed = False
 
-        remote_cls = worker_cls if hasattr(worker_cls, "remote") else ray.remote(worker_cls)
+        remote_cls: Any = worker_cls if hasattr(worker_cls, "remote") else ray.remote(worker_cls)
         self.master_addr, self.master_port = self._resolve_master(master_addr, master_port)
         local_ranks, local_sizes = self._local_ranks()
         options: dict[str, Any] = {"num_cpus": num_cpus_per_worker, "max_restarts": 0}

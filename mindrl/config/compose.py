@@ -52,7 +52,7 @@ def compose_raw(
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(f"{name}: {exc}".strip()) from None
     assert isinstance(raw, dict)
-    return raw
+    return {str(key): value for key, value in raw.items()}  # YAML keys: all strings here
 
 
 def load_run_config(

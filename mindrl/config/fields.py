@@ -14,7 +14,7 @@ import difflib
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import MISSING, dataclass, field
 from typing import Any, TypeVar, Union
 
@@ -31,14 +31,21 @@ def spec(
     gt: float | None = None,
     le: float | None = None,
     lt: float | None = None,
-    choices: tuple[Any, ...] | None = None,
+    choices: Collection[Any] | None = None,
     aliases: tuple[str, ...] = (),
     fate: Fate | None = None,
 ) -> Any:
     """A dataclass field with the range/choice rules the builder checks and its fate
     (`mindrl.config.fates`: honoured unless declared handed / no_effect / refused)."""
-    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices}
-    meta["aliases"] = aliases
+    meta: dict[str, Any] = {
+        "help": help,
+        "ge": ge,
+        "gt": gt,
+        "le": le,
+        "lt": lt,
+        "choices": choices,
+        "aliases": aliases,
+    }
     if fate is not None:
         meta["fate"] = fate
     if default is MISSING:
@@ -87,7 +94,7 @@ def _coerce(value: Any, tp: Any, path: str, problems: _Problems) -> Any:
             return value
         item_tp = args[0] if args else Any
         return tuple(_coerce(v, item_tp, f"{path}[{i}]", problems) for i, v in enumerate(value))
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             problems.add(f"{path}: expected a mapping, got {type(value).__name__} {value!r}")
             return value
@@ -170,17 +177,20 @@ def _alias_map(cls: type) -> dict[str, str]:
 
 
 def _build_fields(
-    cls: type[T],
+    cls: type[Any],
     values: Mapping[str, Any],
     path_of: Callable[[str], str],
     problems: _Problems,
     injected: typing.Container[str] = (),
 ) -> dict[str, Any]:
     """Coerce and range-check each key, then apply its fate (keys in `injected` were set by
-    mindrl itself, not the YAML, and have none)."""
+    mindrl itself, not the YAML, and have none). A value already reported is left out of
+    the result, so the class's own checks (which may read the same range rules) do not
+    report it a second time."""
     hints = typing.get_type_hints(cls)
     aliases = _alias_map(cls)
     kwargs: dict[str, Any] = {}
+    reported: set[str] = set()
     for key, value in values.items():
         name = aliases[key]
         if name in kwargs:
@@ -191,7 +201,10 @@ def _build_fields(
         out = _coerce(value, hints[name], sub_path, problems)
         if len(problems.items) == before:
             _check_range(out, f.metadata, sub_path, problems)
-        if len(problems.items) == before and key not in injected:
+        if len(problems.items) > before:
+            reported.add(name)
+            continue
+        if key not in injected:
             refused = apply_fate(f, cls, out, sub_path)
             if refused:
                 problems.add(refused)
@@ -200,6 +213,7 @@ def _build_fields(
         if (
             f.init
             and f.name not in kwargs
+            and f.name not in reported
             and f.default is MISSING
             and f.default_factory is MISSING
         ):
@@ -269,7 +283,7 @@ def build_groups(
         per_group[owner[key]][key] = value
     # keys the caller added itself (not in `origin`) are not the YAML's: no fate applies
     injected = {k for k in values if origin is not None and str(k) not in origin}
-    out = {}
+    out: dict[str, Any] = {}
     for group, cls in groups.items():
         kwargs = _build_fields(
             cls, per_group[group], lambda k: _join(where.get(k, path), k), problems, injected

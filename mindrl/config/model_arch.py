@@ -6,16 +6,8 @@ from dataclasses import dataclass
 
 from mindrl.config.fates import no_effect, refused
 from mindrl.config.fields import spec
-
-HF_FAMILIES = {
-    "llama": "llama",
-    "llama2": "llama",
-    "llama3": "llama",
-    "qwen2": "qwen2",
-    "qwen25": "qwen2",
-    "qwen3": "qwen3",
-    "qwen3_moe": "qwen3_moe",
-}
+from mindrl.families import registry
+from mindrl.families.llama import LLAMA
 
 # Token dispatchers megatron-core builds; MindSpeed's alltoall_seq is its alltoall.
 MOE_DISPATCHERS = {"alltoall": "alltoall", "alltoall_seq": "alltoall", "allgather": "allgather"}
@@ -28,8 +20,9 @@ LLAMA3_ROPE_KEYS = ("low_freq_factor", "high_freq_factor", "original_max_positio
 
 @dataclass(frozen=True)
 class ModelArchConfig:
-    """A decoder-only transformer (Llama / Qwen2 / Qwen3 / Qwen3-MoE) as megatron-core builds
-    it. `num_experts` set: every layer's MLP is a top-k routed mixture of experts."""
+    """A decoder-only transformer as megatron-core builds it (the families of
+    `mindrl.families`: Llama / Qwen2 / Qwen3 / Qwen3-MoE and any registered at run time).
+    `num_experts` set: every layer's MLP is a top-k routed mixture of experts."""
 
     num_layers: int = spec(help="transformer layers", ge=1)
     hidden_size: int = spec(ge=1)
@@ -48,8 +41,8 @@ class ModelArchConfig:
         fate=no_effect("a label: mindrl names the model by its model file's top-level key"),
     )
     model_type_hf: str = spec(
-        "llama",
-        choices=tuple(HF_FAMILIES),
+        LLAMA.name,
+        choices=registry.MODEL_TYPE_HF_NAMES,
         help="HF architecture variant; MindSpeed-RL yamls have none: config-time inference "
         "(mindrl.config.model_family.infer_family) sets it from config.json or the keys",
     )
@@ -123,8 +116,15 @@ class ModelArchConfig:
 
     @property
     def family(self) -> str:
-        """Checkpoint mapping family: 'llama', 'qwen2', 'qwen3' or 'qwen3_moe'."""
-        return HF_FAMILIES[self.model_type_hf]
+        """The model family `model_type_hf` names (`mindrl.families`: its mapping table,
+        features and HF classes)."""
+        family = registry.family_of_variant(self.model_type_hf)
+        if family is None:
+            raise ValueError(
+                f"model_type_hf {self.model_type_hf!r} names no model family mindrl builds "
+                f"(known: {', '.join(registry.MODEL_TYPE_HF_NAMES)})"
+            )
+        return family
 
     @property
     def is_moe(self) -> bool:
@@ -136,19 +136,22 @@ class ModelArchConfig:
 
     def moe_problems(self) -> list[str]:
         """What makes the MoE keys contradictory (one line each)."""
+        family_is_moe = registry.family_spec(self.family).features.moe
         if self.num_experts is None:
-            return (
-                ["model_type_hf: qwen3_moe needs num_experts"] if self.family == "qwen3_moe" else []
-            )
+            return [f"model_type_hf: {self.family} needs num_experts"] if family_is_moe else []
         problems = []
         if self.moe_router_topk > self.num_experts:
             problems.append(
                 f"moe_router_topk: {self.moe_router_topk} exceeds num_experts {self.num_experts}"
             )
-        if self.family != "qwen3_moe":
+        if not family_is_moe:
+            built = ", ".join(
+                s.display_name + (" (qk_layernorm: true)" if s.features.qk_norm else "")
+                for s in registry.built_families()
+                if s.features.moe
+            )
             problems.append(
-                f"num_experts with model family {self.family}: mindrl builds Qwen3-MoE "
-                "(qk_layernorm: true) experts only"
+                f"num_experts with model family {self.family}: mindrl builds {built} experts only"
             )
         return problems
 

@@ -6,7 +6,8 @@ Qwen3, MoE keys, `multi_latent_attention`: DeepSeek-V3). Deciding it here refuse
 mindrl cannot build by name before any worker starts, and resolves a yaml that contradicts its
 checkpoint (config.json wins, with a notice) instead of failing at weight loading.
 
-The converter (`mindrl.models.hf_arch`) classifies HF configs with the same table.
+The families, their names and features come from the one registry (`mindrl.families`); the
+converter (`mindrl.models.hf_arch`) classifies HF configs with it too.
 """
 
 from __future__ import annotations
@@ -17,33 +18,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# The family tables and the HF config classifier live in family_tables (re-exported here).
-from mindrl.config.family_tables import (  # noqa: E402
-    BUILT,
-    FEATURE_KEYS,
-    HF_ARCHITECTURE_FAMILIES,
-    MODEL_TYPE_HF_ALIASES,
-    MOE_KEYS,
-    NOT_BUILT,
-    QK_NORM_FAMILIES,
-    classify_hf_config,
-)
-from mindrl.config.model_arch import HF_FAMILIES
+from mindrl.families import registry
+from mindrl.families.spec import Features
 
 __all__ = [
-    "BUILT",
     "FEATURE_KEYS",
-    "HF_ARCHITECTURE_FAMILIES",
-    "MODEL_TYPE_HF_ALIASES",
     "MOE_KEYS",
-    "NOT_BUILT",
-    "QK_NORM_FAMILIES",
     "FamilyDecision",
-    "classify_hf_config",
     "folder_evidence",
     "hf_config_refusal",
     "infer_family",
 ]
+
+# Model-yaml keys that mark a family's features (MoE keys with qk_layernorm: Qwen3-MoE, built;
+# without it: families mindrl does not build), beside the keys the registry's unbuilt families
+# are marked by (`multi_latent_attention`, `mm_model`). Their "off" values are consumed here
+# (dropped before `ModelArchConfig` is built), so `qk_layernorm: false` is not an "unknown key".
+FEATURE_KEYS = ("qk_layernorm", "attention_bias")
+MOE_KEYS = (
+    "num_experts",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "expert_model_parallel_size",
+)
 
 # mindrl megatron checkpoint layout (mirrors mindrl.checkpoint.mcore_io, which imports torch).
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
@@ -86,7 +84,7 @@ class FamilyDecision:
         out = {k: v for k, v in section.items() if k not in self.consumed_keys}
         out["model_type_hf"] = self.model_type_hf
         out["add_qkv_bias"] = self.add_qkv_bias
-        out["qk_layernorm"] = self.family in QK_NORM_FAMILIES
+        out["qk_layernorm"] = registry.family_spec(self.family).features.qk_norm
         return out
 
 
@@ -100,10 +98,10 @@ class _Evidence:
     def refuse(self) -> str:
         if self.refusal:
             return self.refusal
-        reason = self.reason or NOT_BUILT.get(self.family, "no mapping table")
+        reason = self.reason or registry.unbuilt_reason(self.family) or "no mapping table"
         return (
             f"model family {self.family} ({reason}) is not supported yet (from {self.what}); "
-            f"mindrl builds {', '.join(BUILT[:-1])} and {BUILT[-1]}"
+            f"mindrl builds {registry.built_list()}"
         )
 
 
@@ -123,14 +121,14 @@ def _hf_label(cfg: Mapping[str, Any]) -> str:
 
 
 def _hf_evidence(cfg: Mapping[str, Any], source: Path | str) -> _Evidence:
-    family, reason = classify_hf_config(cfg)
+    family, reason = registry.classify_hf_config(cfg)
     return _Evidence(family, f"{source} ({_hf_label(cfg)})", reason)
 
 
 def hf_config_refusal(cfg: Mapping[str, Any], source: str) -> str | None:
     """The one-line refusal of an HF config whose family mindrl does not build, else None."""
     evidence = _hf_evidence(cfg, source)
-    return None if evidence.family in BUILT else evidence.refuse()
+    return None if _is_built(evidence.family) else evidence.refuse()
 
 
 def _read_json(path: Path) -> tuple[Any, str | None]:
@@ -176,8 +174,9 @@ def _checkpoint_evidence(iter_dir: Path) -> _Evidence | str | None:
         return _hf_evidence(hf_cfg, meta_path)
     arch = meta.get("arch")
     variant = arch.get("model_type_hf") if isinstance(arch, dict) else None
-    if isinstance(variant, str) and variant in HF_FAMILIES:
-        return _Evidence(HF_FAMILIES[variant], f"{meta_path} (model_type_hf {variant})")
+    family = registry.family_of_variant(variant) if isinstance(variant, str) else None
+    if family is not None:
+        return _Evidence(family, f"{meta_path} (model_type_hf {variant})")
     return None
 
 
@@ -209,25 +208,28 @@ def _key_evidence(section: Mapping[str, Any]) -> _Evidence | None:
     def shown(keys: Sequence[str]) -> str:
         return "model yaml " + ", ".join(f"{k}: {_yaml(section[k])}" for k in keys)
 
-    if "multi_latent_attention" in on:
-        return _Evidence("deepseek_v3", shown(["multi_latent_attention", *moe[:1]]))
-    if "deepseek" in spec_text.lower():
-        return _Evidence("deepseek_v3", from_spec)
-    if "mm_model" in on:
-        return _Evidence("multimodal", shown(["mm_model"]), "vision encoder")
+    for marked in registry.marked_families():  # MLA (DeepSeek), a vision model
+        if marked.yaml_marker in on:
+            return _Evidence(
+                marked.name, shown([marked.yaml_marker, *(moe[:1] if marked.features.moe else [])])
+            )
+        if marked.layer_spec_hint and marked.layer_spec_hint in spec_text.lower():
+            return _Evidence(marked.name, from_spec)
     qk_keys = ["qk_layernorm"] if "qk_layernorm" in on else []
-    qk_norm = bool(qk_keys) or "qwen3" in spec_text.lower()
+    qk_norm = bool(qk_keys) or registry.spec_hints_qk_norm(spec_text)
     if moe:
-        family = "qwen3_moe" if qk_norm else "qwen2_moe" if section.get("add_qkv_bias") else "moe"
-        return _Evidence(family, shown(moe[:2] + qk_keys))
+        bias = not qk_norm and bool(section.get("add_qkv_bias"))
+        family = registry.family_for_features(Features(qkv_bias=bias, qk_norm=qk_norm, moe=True))
+        return _Evidence(family or "unknown", shown(moe[:2] + qk_keys))
     if qk_norm:  # Qwen3 comes from qk_layernorm: true, not from MindSpeed's layer spec
+        owner = registry.qk_norm_family()
         return _Evidence(
-            "qwen3",
+            owner.name,
             shown(qk_keys) if qk_keys else from_spec,
             refusal=None
             if qk_keys
             else f"{from_spec}: a custom layer spec is not supported; "
-            "mindrl builds Qwen3 from qk_layernorm: true (remove spec)",
+            f"mindrl builds {owner.display_name} from qk_layernorm: true (remove spec)",
         )
     if "attention_bias" in on:
         return _Evidence(
@@ -247,11 +249,20 @@ def _key_evidence(section: Mapping[str, Any]) -> _Evidence | None:
 
 
 def _is_marker(key: str) -> bool:
-    return key in FEATURE_KEYS or key in MOE_KEYS or key.startswith("moe_")
+    return (
+        key in FEATURE_KEYS
+        or key in MOE_KEYS
+        or key.startswith("moe_")
+        or any(key == marked.yaml_marker for marked in registry.marked_families())
+    )
 
 
 def _yaml(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _is_built(family: str) -> bool:
+    return registry.built_family(family) is not None
 
 
 def _yaml_family(section: Mapping[str, Any]) -> tuple[str, str, str | None]:
@@ -259,16 +270,15 @@ def _yaml_family(section: Mapping[str, Any]) -> tuple[str, str, str | None]:
     variant = section.get("model_type_hf")
     if variant is not None:
         name = str(variant)
-        if name in HF_FAMILIES:
-            return HF_FAMILIES[name], f"model yaml model_type_hf: {name}", name
-        return (
-            MODEL_TYPE_HF_ALIASES.get(name.lower(), name),
-            f"model yaml model_type_hf: {name}",
-            None,
-        )
+        family = registry.family_of_variant(name)
+        if family is not None:
+            return family, f"model yaml model_type_hf: {name}", name
+        return registry.alias_family(name) or name, f"model yaml model_type_hf: {name}", None
     if section.get("add_qkv_bias") is True:
-        return "qwen2", "model yaml add_qkv_bias: true", None
-    return "llama", "default: no config.json found, no family keys in the model yaml", None
+        biased = registry.qkv_bias_family().name
+        return biased, "model yaml add_qkv_bias: true", None
+    plain = registry.family_for_features(Features()) or registry.built_names()[0]
+    return plain, "default: no config.json found, no family keys in the model yaml", None
 
 
 def infer_family(
@@ -292,7 +302,7 @@ def infer_family(
         if found is not None:
             records.append(found)
     keys = _key_evidence(section)
-    if keys is not None and keys.family in BUILT and not keys.refusal:
+    if keys is not None and _is_built(keys.family) and not keys.refusal:
         # the yaml's keys mark a family mindrl builds (qk_layernorm: Qwen3)
         if not records:
             return _resolved_by_config(section, keys, consumed)
@@ -311,10 +321,10 @@ def infer_family(
                 refusal=f"model family: {first.what} is {first.family} but {other.what} is "
                 f"{other.family}; point load and tokenizer_name_or_path at the same model",
             )
-    if first.family not in BUILT:
+    if not _is_built(first.family):
         return FamilyDecision(first.family, first.what, refusal=first.refuse())
     if keys is not None:
-        said = keys.refuse() if keys.family not in BUILT else f"{keys.what} is {keys.family}"
+        said = keys.refuse() if not _is_built(keys.family) else f"{keys.what} is {keys.family}"
         return FamilyDecision(
             keys.family, keys.what, refusal=f"{said}; {first.what} is {first.family}: fix it"
         )
@@ -326,14 +336,15 @@ def _resolved_by_config(
 ) -> FamilyDecision:
     """config.json decides; yaml values that disagree with it are overridden, with a notice."""
     family, notices = record.family, []
+    features = registry.family_spec(family).features
     variant = section.get("model_type_hf")
     model_type_hf = family
     if variant is not None:
-        if HF_FAMILIES.get(str(variant)) == family:
+        if registry.family_of_variant(str(variant)) == family:
             model_type_hf = str(variant)
         else:
             notices.append(f"model_type_hf: {variant} overridden: {record.what} is {family}")
-    want_bias = family == "qwen2"
+    want_bias = features.qkv_bias
     bias = section.get("add_qkv_bias")
     if isinstance(bias, bool) and bias is not want_bias:
         notices.append(
@@ -341,7 +352,7 @@ def _resolved_by_config(
             f"({'with' if want_bias else 'without'} q/k/v biases)"
         )
     qk = section.get("qk_layernorm")
-    has_qk = family in QK_NORM_FAMILIES
+    has_qk = features.qk_norm
     if isinstance(qk, bool) and qk is not has_qk:
         notices.append(
             f"qk_layernorm: {_yaml(qk)} overridden: {record.what} is {family} "
@@ -360,10 +371,11 @@ def _resolved_by_config(
 def _decided_by_keys(section: Mapping[str, Any], consumed: tuple[str, ...]) -> FamilyDecision:
     """No config.json: `model_type_hf`, else `add_qkv_bias: true` (Qwen2), else llama."""
     family, source, variant = _yaml_family(section)
-    if family not in BUILT:
-        if family in NOT_BUILT:
+    built = registry.built_family(family)
+    if built is None:
+        if registry.unbuilt_reason(family) is not None:
             return FamilyDecision(family, source, refusal=_Evidence(family, source).refuse())
-        known = ", ".join(sorted({*HF_FAMILIES, *MODEL_TYPE_HF_ALIASES}))
+        known = ", ".join(registry.known_spellings())
         return FamilyDecision(
             family,
             source,
@@ -372,28 +384,34 @@ def _decided_by_keys(section: Mapping[str, Any], consumed: tuple[str, ...]) -> F
         )
     bias = section.get("add_qkv_bias")
     notices = []
-    if family == "llama" and bias is True:
+    if built.qkv_bias_variant is not None and bias is True:
         # MindSpeed-RL's converter spells Qwen2 as llama2 + --add-qkv-bias: Llama + q/k/v bias
+        biased = built.qkv_bias_variant
         notices.append(
-            f"model_type_hf: {variant} with add_qkv_bias: true is qwen2 (Llama with q/k/v biases)"
+            f"model_type_hf: {variant} with add_qkv_bias: true is {biased} "
+            f"({built.display_name} with q/k/v biases)"
         )
-        family, variant, source = "qwen2", None, f"{source}, add_qkv_bias: true"
-    elif family in QK_NORM_FAMILIES and (section.get("qk_layernorm") is False or bias is True):
-        why = f"{source} with qk_layernorm: false or add_qkv_bias: true: Qwen3 has q/k "
-        why += "layernorm and no q/k/v biases"
+        source = f"{source}, add_qkv_bias: true"
+        family, variant, built = biased, None, registry.family_spec(biased)
+    elif built.features.qk_norm and (section.get("qk_layernorm") is False or bias is True):
+        owner = registry.qk_norm_family()  # Qwen3-MoE has Qwen3's attention
+        why = f"{source} with qk_layernorm: false or add_qkv_bias: true: {owner.display_name} "
+        why += "has q/k layernorm and no q/k/v biases"
         return FamilyDecision(family, source, refusal=why)
-    elif family == "qwen2" and bias is False:
+    elif built.features.qkv_bias and bias is False:
+        plain = [s.name for s in registry.built_families() if s.qkv_bias_variant == family]
+        instead = f", or model_type_hf: {plain[0]} for a model without them" if plain else ""
         return FamilyDecision(
             family,
             source,
-            refusal=f"{source} with add_qkv_bias: false: Qwen2 has q/k/v biases; set "
-            "add_qkv_bias: true, or model_type_hf: llama for a model without them",
+            refusal=f"{source} with add_qkv_bias: false: {built.display_name} has q/k/v biases; "
+            f"set add_qkv_bias: true{instead}",
         )
     return FamilyDecision(
         family,
         source,
         model_type_hf=variant or family,
-        add_qkv_bias=family == "qwen2",
+        add_qkv_bias=built.features.qkv_bias,
         notices=tuple(notices),
         consumed_keys=consumed,
     )

@@ -23,10 +23,7 @@ def _asset_builders() -> dict[str, Callable[[], Path]]:
     from mindrl.assets import models, prompts, smollm2
 
     return {
-        "tiny": models.tiny_model_dir,
-        "tiny_qwen3": models.tiny_qwen3_dir,
-        "tiny_llama31": models.tiny_llama31_dir,
-        "tiny_qwen3_moe": models.tiny_qwen3_moe_dir,
+        **models.TINY_ASSETS,
         "smollm2": smollm2.smollm2_dir,
         "tiny_prompts": prompts.tiny_prompts_dir,
         "smollm2_prompts": prompts.smollm2_prompts_dir,

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mindrl.algorithms.names import (
-    ADV_ESTIMATOR_NAMES,
-    KL_CTRL_TYPES,
-    KL_TYPES,
-    LOSS_AGG_MODES,
-    POLICY_LOSS_MODES,
-)
+from mindrl.algorithms.loss_config import GRPOLossConfig
+from mindrl.algorithms.names import ADV_ESTIMATOR_NAMES, KL_CTRL_TYPES
 from mindrl.config.fates import honoured, no_effect, refused
 from mindrl.config.fields import spec
 from mindrl.config.rl_features import (
@@ -23,7 +19,8 @@ from mindrl.config.rl_features import (
 )
 from mindrl.rewards.types import RewardParams  # cosine / repetition / soft_overlong knobs
 
-# A loaded verifier worker holds ~70 MB (~300 MB when the trainer's imports reach it).
+# The floor of verifier_memory_mb: below it a verifier worker cannot even load its imports
+# (more of them when the trainer's imports reach it), so every call would fail.
 MIN_VERIFIER_MEMORY_MB = 256
 
 
@@ -56,7 +53,10 @@ ROLE_DEVICES = honoured(via="RoleConfig.num_devices")
 
 
 @dataclass(frozen=True)
-class AlgorithmConfig:
+class AlgorithmConfig(GRPOLossConfig):
+    """rl_config's algorithm keys; the loss knobs (and their ranges) are `GRPOLossConfig`'s,
+    inherited, so each is defined once. The loss reads `loss_config(...)`, not this."""
+
     adv_estimator: str = spec("group_norm", choices=ADV_ESTIMATOR_NAMES)
     n_samples_per_prompt: int = spec(8, ge=1)
     mini_batch_size: int = spec(
@@ -82,29 +82,6 @@ class AlgorithmConfig:
         "(one pass fewer over the first mini-batch, one call fewer; mindrl's own)",
     )
     shuffle_minibatch: bool = spec(False, aliases=("shuffle_mini_batch",))
-    clip_ratio: float = spec(0.2, gt=0.0, le=1.0)
-    clip_ratio_high: float | None = spec(
-        None, gt=0.0, le=1.0, aliases=("epsilon_high",), help="DAPO clip-higher upper bound"
-    )
-    clip_ratio_c: float | None = spec(
-        3.0, gt=1.0, help="dual-clip bound for negative advantages (null: no dual clip)"
-    )
-    loss_agg_mode: str = spec("token-mean", choices=LOSS_AGG_MODES)
-    loss_agg_horizon: int | None = spec(
-        None,
-        ge=1,
-        help="seq-mean-token-sum-norm (Dr.GRPO): the constant each response's token sum is "
-        "divided by; unset: generate_config.sampling_config.max_tokens (Dr.GRPO, TRL)",
-    )
-    policy_loss: str = spec(
-        "vanilla",
-        choices=POLICY_LOSS_MODES,
-        aliases=("loss_mode",),
-        help="vanilla: PPO's clip of each token's ratio; gspo: one ratio per sequence, the "
-        "geometric mean of its token ratios, clipped per sequence (GSPO; use clip_ratio / "
-        "clip_ratio_high ~3e-4 / 4e-4 and loss_agg_mode seq-mean-token-mean)",
-    )
-    kl_penalty: str = spec("low_var_kl", choices=KL_TYPES, help="KL estimator")
     kl_ctrl_type: str = spec("fixed", choices=KL_CTRL_TYPES)
     init_kl_coef: float | None = spec(
         None,
@@ -117,9 +94,6 @@ class AlgorithmConfig:
     )
     kl_target: float = spec(0.1, gt=0.0)
     kl_horizon: float = spec(10000.0, gt=0.0)
-    use_kl_loss: bool = spec(False, help="verl's switch: KL loss with kl_loss_coef")
-    kl_loss_coef: float = spec(0.001, ge=0.0, help="verl's KL-loss coefficient (use_kl_loss)")
-    entropy_coeff: float = spec(0.0, ge=0.0)
     gamma: float = spec(
         1.0,
         ge=0.0,
@@ -160,8 +134,6 @@ class AlgorithmConfig:
     )
     num_samples_per_step: int = spec(1, fate=no_effect("not read by MindSpeed-RL either"))
     overlong_filter: bool = spec(False, help="mask responses truncated at max_tokens")
-    use_tis: bool = spec(False, help="truncated importance sampling rollout -> train")
-    tis_cap: float = spec(2.0, gt=0.0)
 
     @property
     def mini_batch_samples(self) -> int:
@@ -179,6 +151,18 @@ class AlgorithmConfig:
         if self.use_kl_loss:  # verl's keys name the loss coefficient themselves
             coef = self.kl_loss_coef
         return KLPlacement("loss" if coef > 0 else "off", coef, self.kl_penalty)
+
+    def loss_config(self, max_tokens: int | None = None) -> GRPOLossConfig:
+        """The loss knobs as the loss reads them: KL in the loss where `kl` puts it there,
+        and `max_tokens` (the rollout's response limit) as Dr.GRPO's constant horizon when
+        `loss_agg_horizon` is unset, so every micro-batch divides by the same number."""
+        knobs = {f.name: getattr(self, f.name) for f in dataclasses.fields(GRPOLossConfig)}
+        horizon = None
+        if self.loss_agg_mode == "seq-mean-token-sum-norm":
+            horizon = self.loss_agg_horizon or max_tokens
+        kl = self.kl
+        knobs.update(loss_agg_horizon=horizon, use_kl_loss=kl.where == "loss", kl_loss_coef=kl.coef)
+        return GRPOLossConfig(**knobs)
 
 
 @dataclass(frozen=True)
@@ -219,8 +203,9 @@ class RewardConfig:
     verifier_memory_mb: int = spec(
         2048,
         ge=0,
-        help="cap on each verifier worker's data memory (RLIMIT_DATA, ~70 MB of it used when "
-        "loaded); 0 = none. A runaway verifier gets MemoryError instead of swapping the host",
+        help="cap on each verifier worker's data memory (RLIMIT_DATA, counted from zero: the "
+        "worker's own imports are part of it); 0 = none. A runaway verifier gets MemoryError "
+        "instead of swapping the host",
     )
     verifier_reward_bound: float = spec(
         1e4,

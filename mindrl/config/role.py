@@ -27,7 +27,7 @@ MINDSPEED_KERNEL = handed(
     elsewhere="mindrl builds a fused kernel of its own (torch.compile: models/host_fusions.py)",
 )
 # MindSpeed's fused rotary embedding: off the NPU mindrl's own (one autograd node, megatron's
-# arithmetic; a torch.compile'd one measured slower on CPU: 2.1 against 1.8 ms)
+# arithmetic; hand-written rather than torch.compile'd, which did not beat it on CPU)
 MINDSPEED_ROPE = handed(
     MINDSPEED,
     elsewhere="mindrl's own fused rotary embedding in megatron's fused-rope slots "

@@ -106,8 +106,15 @@ def _batch_from_wire(
     grids: tuple[Any, ...], tensors: dict[str, Any], meta: dict[str, list[Any]]
 ) -> SampleBatch:
     """`SampleBatch.__reduce__`'s inverse."""
+    input_ids, attention_mask, response_mask, prompt_lengths, response_lengths = (
+        from_wire(g) for g in grids
+    )
     return SampleBatch(
-        *(from_wire(g) for g in grids),
+        input_ids,
+        attention_mask,
+        response_mask,
+        prompt_lengths,
+        response_lengths,
         tensors={k: from_wire(v) for k, v in tensors.items()},
         meta=meta,
     )

@@ -163,7 +163,8 @@ class PreprocessConfig:
         )
         mistyped = {p.split(":", 1)[0] for p in problems}  # range checks assume the types
 
-        def check(name: str, bad: Callable[[], bool], message: str) -> None:
+        # `bad` is called with no arguments; `...` lets a lambda bind loop values as defaults
+        def check(name: str, bad: Callable[..., bool], message: str) -> None:
             if name not in mistyped and bad():
                 problems.append(message)
 
@@ -296,7 +297,7 @@ def _collect_reasoning_gym(value: Any) -> tuple[ReasoningGymConfig | None, list[
         return None, ["reasoning_gym must be a mapping"]
     problems = _unknown_key_problems(value, ReasoningGymConfig, "reasoning_gym.")
     valid = {f.name for f in dataclasses.fields(ReasoningGymConfig)}
-    values = {
+    values: dict[str, Any] = {  # their types: `_type_problems` below
         k: (dict(v) if k == "config" and isinstance(v, Mapping) else v)
         for k, v in value.items()
         if k in valid and v is not None

@@ -183,7 +183,7 @@ def pack_shared(
     if any(p > n for p, n in zip(plens, lengths)):
         raise ValueError("a row is shorter than its prompt")
     # each packed token as (row, column) of the padded rows, gathered in one indexing call
-    # (a few small tensors per row cost ~1 ms a micro-batch)
+    # (a few small tensors per row would add a per-row overhead to every micro-batch)
     rows: list[int] = []
     positions: list[int] = []
     segments: list[int] = []

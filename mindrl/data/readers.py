@@ -176,7 +176,9 @@ def _record_spans(text: str) -> list[tuple[int, int]]:
     decoder = json.JSONDecoder()
 
     def skip(i: int) -> int:
-        return _WS.match(text, i).end()
+        blank = _WS.match(text, i)
+        assert blank is not None  # `[ \t\n\r]*` matches anywhere, if only the empty string
+        return blank.end()
 
     i = skip(0)
     if text[i] == "{":

@@ -27,7 +27,9 @@ from typing import Any, Protocol
 
 logger = logging.getLogger("mindrl.data")
 
-RESOLVE_TIMEOUT_S = 600.0  # a child importing transformers on a loaded laptop takes ~5-30 s
+# generous: a child importing transformers on a busy laptop is slow, and a timeout here only
+# guards against a hung child
+RESOLVE_TIMEOUT_S = 600.0
 
 
 class TokenizerSource(Protocol):
@@ -92,7 +94,7 @@ class DriverTokenizer:
             return _load_with_auto(self.path, self.use_fast)
         return cls.from_pretrained(self.path, _from_auto=True)
 
-    def _resolved_class(self) -> type | None:
+    def _resolved_class(self) -> type[Any] | None:
         child, self._child = self._child, None
         if child is None:  # closed before use, or a load that failed before
             return None

@@ -115,7 +115,9 @@ def forward_only(
 
     if output not in ("log_probs", "logits"):
         raise ValueError(f"output must be 'log_probs' or 'logits', not {output!r}")
-    chunks = list(model_chunks) if isinstance(model_chunks, (list, tuple)) else [model_chunks]
+    chunks: list[Any] = (
+        list(model_chunks) if isinstance(model_chunks, (list, tuple)) else [model_chunks]
+    )
     device = next(chunks[0].parameters()).device
     batch, asked_seq = input_ids.shape
     multiple = sequence_multiple(chunks)

@@ -89,11 +89,11 @@ class _RotateHalves(torch.autograd.Function):
     """The rotation as one autograd node: keeps cos and sin, nothing of the input."""
 
     @staticmethod
-    def forward(ctx, t, cos, sin):  # type: ignore[no-untyped-def, override]
+    def forward(ctx, t, cos, sin):
         ctx.save_for_backward(cos, sin)
         return _rotate(t, cos, sin, +1)
 
     @staticmethod
-    def backward(ctx, grad):  # type: ignore[no-untyped-def, override]
+    def backward(ctx, grad):
         cos, sin = ctx.saved_tensors
         return _rotate(grad.contiguous(), cos, sin, -1), None, None

@@ -105,7 +105,7 @@ def _make_function() -> Any:
 
     class HeadLogProbs(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, hidden, weight, labels, vocab, temperature, entropy, entropy_grad):  # type: ignore[no-untyped-def]
+        def forward(ctx, hidden, weight, labels, vocab, temperature, entropy, entropy_grad):
             w = weight[:vocab]
             n = hidden.shape[0]
             step = chunk_tokens(vocab)
@@ -126,7 +126,7 @@ def _make_function() -> Any:
                     x = _chunk_logits(hidden[i : i + step], w, temperature, out)
                     picked[i : i + step] = x.gather(-1, labels[i : i + step, None])[:, 0]
                     lse[i : i + step], chunk_ent, probs = _lse_and_entropy(x, entropy, keep)
-                    if entropy:
+                    if chunk_ent is not None:  # with `entropy`
                         ent[i : i + step] = chunk_ent
                     if out is not None and probs is not out:
                         out.copy_(probs)
@@ -139,7 +139,7 @@ def _make_function() -> Any:
             return picked, ent
 
         @staticmethod
-        def backward(ctx, grad_picked, grad_ent):  # type: ignore[no-untyped-def]
+        def backward(ctx, grad_picked, grad_ent):
             hidden, weight, labels, lse, ent = ctx.saved_tensors
             vocab, temperature, entropy_grad = ctx.settings
             w = weight[:vocab]
@@ -199,7 +199,8 @@ class _WeightGrad:
     def __init__(self, weight: torch.Tensor, vocab: int, compute_dtype: torch.dtype) -> None:
         self.weight, self.vocab = weight, vocab
         self.into_main = _accumulates_into_main_grad(weight)
-        self.fused = self.into_main and weight.main_grad.dtype == compute_dtype
+        # an attribute megatron puts on the tensor (torch does not declare it)
+        self.fused = self.into_main and weight.main_grad.dtype == compute_dtype  # type: ignore[attr-defined]
         self.grad: torch.Tensor | None = None
 
     def add(self, g: torch.Tensor, h: torch.Tensor) -> None:
@@ -207,7 +208,8 @@ class _WeightGrad:
 
         rows = slice(0, self.vocab)
         if self.into_main:
-            main = self.weight.main_grad
+            # an attribute megatron puts on the tensor (torch does not declare it)
+            main = self.weight.main_grad  # type: ignore[attr-defined]
             if self.fused:
                 main[rows].addmm_(g.t(), h)  # accumulated inside the GEMM
             else:
@@ -279,7 +281,8 @@ def _main_grad_placeholder(weight: torch.Tensor) -> torch.Tensor | None:
     arrival still tells an overlapping gradient reduction that the weight is done."""
     import torch
 
-    weight.grad_added_to_main_grad = True
+    # an attribute megatron puts on the tensor (torch does not declare it)
+    weight.grad_added_to_main_grad = True  # type: ignore[attr-defined]
     if getattr(weight, "zero_out_wgrad", False):
         return None
     return torch.empty_like(weight)

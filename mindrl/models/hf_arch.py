@@ -5,7 +5,9 @@ The converter and the online loader only have an HF folder; the trainer has a
 `ConversionError` naming the key) any HF feature the megatron-core model built by
 `mindrl.models.gpt` would silently get wrong: rope scaling other than llama3, sliding windows,
 biases on o_proj or the MLP, a non-SiLU activation, dense layers among Qwen3-MoE's expert
-layers. Qwen3's q/k norm follows from its family.
+layers. What differs between families (q/k/v biases, q/k norm, experts, the HF classes) comes
+from the family's module through the registry (`mindrl.families`); the Llama-like rest is read
+here once for all of them.
 """
 
 from __future__ import annotations
@@ -16,17 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from mindrl.checkpoint.errors import ConversionError
-from mindrl.config.model_arch import HF_FAMILIES, ModelArchConfig
-from mindrl.config.model_family import NOT_BUILT, classify_hf_config, hf_config_refusal
+from mindrl.config.model_arch import ModelArchConfig
+from mindrl.config.model_family import hf_config_refusal
+from mindrl.families import registry
+from mindrl.families.spec import FamilyConfigError
 
-# HF `model_type` -> mindrl mapping family, and the HF class that family saves as.
-HF_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe"}
-HF_ARCHITECTURES = {
-    "llama": "LlamaForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-    "qwen3_moe": "Qwen3MoeForCausalLM",
-}
 LLAMA3_HF_KEYS = (
     "factor",
     "low_freq_factor",
@@ -102,41 +98,43 @@ def _require(cfg: Mapping[str, Any], key: str) -> Any:
 def arch_from_hf_config(
     src: str | Path | Mapping[str, Any], *, model_type_hf: str | None = None
 ) -> ModelArchConfig:
-    """The `ModelArchConfig` of an HF Llama / Qwen2 / Qwen3 checkpoint (folder, config.json or
-    dict).
+    """The `ModelArchConfig` of an HF checkpoint of a registered family (folder, config.json
+    or dict).
 
     `model_type_hf` (the converter's `--model-type-hf`: llama2, qwen25, ...) names the variant;
     its family must agree with the config's `model_type`.
     """
     cfg = read_hf_config(src)
     hf_type = cfg.get("model_type")
-    if hf_type not in HF_MODEL_TYPES:
-        family, reason = classify_hf_config(cfg)
-        if family in NOT_BUILT or reason.startswith("multimodal"):
+    spec = registry.family_of_model_type(hf_type) if isinstance(hf_type, str) else None
+    if spec is None:
+        if registry.is_known_unbuilt(cfg):
             # a family mindrl knows it does not build: refused by name, as at config time
             raise ConversionError(hf_config_refusal(cfg, _config_source(src)))
         raise ConversionError(
             f"unknown architecture: HF model_type={hf_type!r} "
             f"(architectures={cfg.get('architectures')}); the mapping tables know "
-            f"{sorted(HF_MODEL_TYPES)}"
+            f"{sorted(registry.built_names())}"
         )
-    family = HF_MODEL_TYPES[hf_type]
+    family = spec.name
     if model_type_hf is None:
         model_type_hf = family
-    if model_type_hf not in HF_FAMILIES:
+    variant_family = registry.family_of_variant(model_type_hf)
+    if variant_family is None:
         raise ConversionError(
-            f"--model-type-hf {model_type_hf!r} is not one of {sorted(HF_FAMILIES)}"
+            f"--model-type-hf {model_type_hf!r} is not one of "
+            f"{sorted(registry.MODEL_TYPE_HF_NAMES)}"
         )
-    if HF_FAMILIES[model_type_hf] != family:
+    if variant_family != family:
         raise ConversionError(
-            f"--model-type-hf {model_type_hf!r} is a {HF_FAMILIES[model_type_hf]} model but the "
+            f"--model-type-hf {model_type_hf!r} is a {variant_family} model but the "
             f"HF config says model_type={hf_type!r}"
         )
     act = cfg.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise ConversionError(f"HF config hidden_act={act!r} is not supported (SwiGLU needs silu)")
     for key in ("attention_bias", "mlp_bias"):
-        if family in ("llama", "qwen3", "qwen3_moe") and cfg.get(key):
+        if not spec.features.qkv_bias and cfg.get(key):
             raise ConversionError(
                 f"HF config {key}=true is not supported (bias on o_proj / the MLP has no "
                 "megatron-core mapping here)"
@@ -149,6 +147,10 @@ def arch_from_hf_config(
     kv_heads = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or hidden // heads)
     rotary_base, rope_scaling = _rope(cfg)
+    try:
+        family_fields = spec.arch_fields_from_hf(cfg)
+    except FamilyConfigError as exc:
+        raise ConversionError(str(exc)) from exc
     return ModelArchConfig(
         num_layers=int(_require(cfg, "num_hidden_layers")),
         hidden_size=hidden,
@@ -165,77 +167,40 @@ def arch_from_hf_config(
         rotary_base=rotary_base,
         **rope_scaling,
         norm_epsilon=float(cfg.get("rms_norm_eps", 1e-6)),
-        add_qkv_bias=family == "qwen2",
-        qk_layernorm=family in ("qwen3", "qwen3_moe"),
+        add_qkv_bias=spec.features.qkv_bias,
+        qk_layernorm=spec.features.qk_norm,
         disable_bias_linear=True,
         untie_embeddings_and_output_weights=not bool(cfg.get("tie_word_embeddings", False)),
         swiglu=True,
         attention_dropout=float(cfg.get("attention_dropout", 0.0) or 0.0),
         hidden_dropout=0.0,
         init_method_std=float(cfg.get("initializer_range", 0.02)),
-        **(_moe_from_hf(cfg) if family == "qwen3_moe" else {}),
+        **family_fields,
     )
-
-
-def _moe_from_hf(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """`ModelArchConfig`'s MoE fields of a Qwen3-MoE config.json (every layer sparse)."""
-    if int(cfg.get("decoder_sparse_step", 1) or 1) != 1 or cfg.get("mlp_only_layers"):
-        raise ConversionError(
-            "HF config decoder_sparse_step / mlp_only_layers: dense layers among Qwen3-MoE's "
-            "expert layers are not built yet (every layer must be sparse)"
-        )
-    experts = cfg.get("num_experts", cfg.get("num_local_experts"))
-    if experts is None:
-        raise ConversionError("HF config has no 'num_experts'")
-    return {
-        "num_experts": int(experts),
-        "moe_ffn_hidden_size": int(_require(cfg, "moe_intermediate_size")),
-        "moe_router_topk": int(_require(cfg, "num_experts_per_tok")),
-        "norm_topk_prob": bool(cfg.get("norm_topk_prob", False)),
-        "moe_aux_loss_coeff": float(cfg.get("router_aux_loss_coef", 0.0) or 0.0),
-    }
-
-
-def _moe_to_hf(arch: ModelArchConfig) -> dict[str, Any]:
-    """Qwen3MoeConfig's MoE arguments of `arch`."""
-    return {
-        "num_experts": arch.num_experts,
-        "num_experts_per_tok": arch.moe_router_topk,
-        "moe_intermediate_size": arch.expert_ffn_hidden_size,
-        "norm_topk_prob": arch.norm_topk_prob,
-        "router_aux_loss_coef": arch.moe_aux_loss_coeff,
-        "decoder_sparse_step": 1,
-        "mlp_only_layers": [],
-    }
 
 
 def hf_config_from_arch(arch: ModelArchConfig, *, dtype: str = "float32") -> dict[str, Any]:
     """A config.json dict transformers loads as the HF twin of `arch` (for mcore -> HF exports
     when no original HF config is at hand). `dtype` is a torch dtype name (float32, bfloat16)."""
-    if arch.family == "qwen2" and not arch.add_qkv_bias:
-        raise ConversionError("a qwen2 model without add_qkv_bias has no HF Qwen2 equivalent")
-    if arch.family != "qwen2" and arch.add_qkv_bias:
-        raise ConversionError(f"a {arch.family} model with add_qkv_bias has no HF equivalent")
-    if arch.qk_layernorm != (arch.family in ("qwen3", "qwen3_moe")):
+    import transformers
+
+    spec = registry.family_spec(arch.family)
+    if spec.features.qkv_bias and not arch.add_qkv_bias:
         raise ConversionError(
-            f"a {arch.family} model with qk_layernorm={arch.qk_layernorm} has no HF equivalent "
-            "(q/k layernorm is Qwen3's: model_type_hf qwen3)"
+            f"a {arch.family} model without add_qkv_bias has no HF {spec.display_name} equivalent"
         )
+    if not spec.features.qkv_bias and arch.add_qkv_bias:
+        raise ConversionError(f"a {arch.family} model with add_qkv_bias has no HF equivalent")
+    problem = registry.qk_norm_problem(arch)
+    if problem:
+        raise ConversionError(problem)
     if not arch.disable_bias_linear or not arch.swiglu:
         raise ConversionError("only bias-free SwiGLU models (disable_bias_linear, swiglu) export")
     rope_scaling = arch.rope_scaling_hf()
     extra: dict[str, Any] = {"rope_scaling": rope_scaling} if rope_scaling else {}
-    if arch.family == "qwen2":
-        from transformers import Qwen2Config as ConfigCls
-    elif arch.family == "qwen3":
-        from transformers import Qwen3Config as ConfigCls
-    elif arch.family == "qwen3_moe":
-        from transformers import Qwen3MoeConfig as ConfigCls
-
-        extra.update(_moe_to_hf(arch))
-    else:
-        from transformers import LlamaConfig as ConfigCls
-    config = ConfigCls(
+    extra.update(spec.hf_fields_from_arch(arch))
+    config_cls = getattr(transformers, spec.hf_config_class)
+    config = config_cls(
         vocab_size=arch.vocab_size,
         hidden_size=arch.hidden_size,
         intermediate_size=arch.ffn_hidden_size,
@@ -252,6 +217,6 @@ def hf_config_from_arch(arch: ModelArchConfig, *, dtype: str = "float32") -> dic
         torch_dtype=dtype,
         **extra,
     )
-    out = config.to_dict()
-    out["architectures"] = [HF_ARCHITECTURES[arch.family]]
+    out: dict[str, Any] = config.to_dict()
+    out["architectures"] = [spec.hf_architecture]
     return out

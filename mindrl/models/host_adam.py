@@ -12,7 +12,7 @@ half the moments' memory (SmolLM2-135M: 1.08 -> 0.54 GB).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.optim import Adam
@@ -71,7 +71,7 @@ def use_low_precision_moments(optimizer: Any, exp_avg: str, exp_avg_sq: str) -> 
         if any(g.get("amsgrad") for g in inner.param_groups):
             raise ValueError("low-precision Adam moments: amsgrad is not supported")
         inner.__class__ = LowPrecisionMomentsAdam
-        inner.moment_dtypes = dtypes
+        cast(LowPrecisionMomentsAdam, inner).moment_dtypes = dtypes  # its class from now on
         switched += 1
     return switched
 
@@ -171,8 +171,12 @@ class _ChunkBatch:
         from torch.optim.adam import adam
 
         g = self.group
+        params, grads, exp_avgs, exp_avg_sqs = lists
         adam(
-            *lists,
+            params,
+            grads,
+            exp_avgs,
+            exp_avg_sqs,
             [],
             steps,
             fused=True,

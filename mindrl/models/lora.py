@@ -54,7 +54,8 @@ class _LoraMixin:
         self.lora_enabled = True
         self.lora_A = torch.nn.Parameter(torch.zeros(a_shape, dtype=dtype, device=device))
         self.lora_B = torch.nn.Parameter(torch.zeros(b_shape, dtype=dtype, device=device))
-        self.weight.lora_owner = weakref.ref(self)  # read by `effective_weight`
+        # read by `effective_weight`; an attribute of ours on torch's Parameter
+        self.weight.lora_owner = weakref.ref(self)  # type: ignore[attr-defined]
 
     def _across_tp(self, low: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -99,7 +100,8 @@ class LoraColumnParallelLinear(_LoraMixin, tensor_parallel.ColumnParallelLinear)
         out_local = self.weight.shape[0]
         self._add_factors(lora, (lora.lora_r, input_size), (out_local, lora.lora_r))
         tensor_parallel.set_tensor_model_parallel_attributes(self.lora_B, True, 0, 1)
-        self.lora_A.sequence_parallel = self.sequence_parallel
+        # an attribute megatron puts on the tensor (torch does not declare it)
+        self.lora_A.sequence_parallel = self.sequence_parallel  # type: ignore[attr-defined]
 
     def _full_a_shape(self) -> tuple[int, int]:
         return (self.lora_A.shape[0], self._in)
@@ -132,7 +134,8 @@ class LoraRowParallelLinear(_LoraMixin, tensor_parallel.RowParallelLinear):
         in_local = self.weight.shape[1]
         self._add_factors(lora, (lora.lora_r, in_local), (output_size, lora.lora_r))
         tensor_parallel.set_tensor_model_parallel_attributes(self.lora_A, True, 1, 1)
-        self.lora_B.sequence_parallel = self.sequence_parallel
+        # an attribute megatron puts on the tensor (torch does not declare it)
+        self.lora_B.sequence_parallel = self.sequence_parallel  # type: ignore[attr-defined]
 
     def _full_a_shape(self) -> tuple[int, int]:
         return (self.lora_A.shape[0], self._in)

@@ -28,7 +28,7 @@ from mindrl.models.shared_prefix import SharedPrefixParams
 class SegmentedDotProductAttention(DotProductAttention):
     """megatron's core attention, plus the `thd` packed layout (causal per segment)."""
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         query: Any,
         key: Any,

@@ -26,7 +26,7 @@ def _row_grad_class(base: type) -> type:
     """`base` (megatron's VocabParallelEmbedding) with a sparse-gradient lookup where it
     applies; megatron's own forward otherwise."""
 
-    class RowGradEmbedding(base):  # type: ignore[misc, valid-type]
+    class RowGradEmbedding(base):
         row_grads = True
 
         def forward(self, input_: Any) -> Any:
@@ -55,5 +55,5 @@ def use_row_grad_embedding(model: Any) -> bool:
     if embedding is None:
         return False
     if not getattr(embedding, "row_grads", False):
-        embedding.__class__ = _row_grad_class(type(embedding))
+        embedding.__class__ = _row_grad_class(embedding.__class__)
     return True

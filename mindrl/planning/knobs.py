@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from mindrl.config.role import RoleConfig
 from mindrl.config.run import RunConfig
@@ -52,12 +53,12 @@ def _section(run: RunConfig, role: str) -> str:
     return ROLE_NAMES[role]
 
 
-def _with_role(run: RunConfig, role: str, group: str, **changes: object) -> RunConfig:
+def _with_role(run: RunConfig, role: str, group: str, **changes: Any) -> RunConfig:
     """`run` with fields of one group of a role changed (the integrated reference follows
     the actor, as it is built from actor_config)."""
     integrated = run.rl.resources.use_integrated_worker
     names = {"actor", "ref"} if integrated and role in ("actor", "ref") else {role}
-    updates = {}
+    updates: dict[str, Any] = {}  # role name -> its changed RoleConfig
     for name in names:
         cfg: RoleConfig | None = getattr(run, name)
         if cfg is not None:
@@ -66,7 +67,7 @@ def _with_role(run: RunConfig, role: str, group: str, **changes: object) -> RunC
     return dataclasses.replace(run, **updates)
 
 
-def _with_generate(run: RunConfig, **changes: object) -> RunConfig:
+def _with_generate(run: RunConfig, **changes: Any) -> RunConfig:
     return dataclasses.replace(run, generate=dataclasses.replace(run.generate, **changes))
 
 

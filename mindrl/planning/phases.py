@@ -297,7 +297,8 @@ def host_total(run: RunConfig, plans: dict[str, RolePlan], hybrid: bool) -> floa
     reference and old-policy passes overlap); without it glibc keeps every process at its
     own peak and the host holds the sum of the peaks. A pass whose working memory is below
     `runtime.release_memory_min_mb` is not given back: the process keeps the largest such."""
-    held, excess = 0.0, {}
+    held = 0.0
+    excess: dict[tuple[str, str], float] = {}
     small = run.runtime.release_memory_min_mb * float(1 << 20)
     for plan in plans.values():
         per_stage = plan.num_devices // len(plan.ranks)
@@ -340,6 +341,7 @@ def build_plan(run: RunConfig, backend: str) -> CorePlan:
     actor = plans["actor"]
     if hybrid and engine.sleeps:
         shape = actor.shape
+        assert shape is not None  # `_role_plan` gives every trained role its shape
         master = MASTER_BYTES if DTYPE_BYTES[shape.params_dtype] < 4 else 0
         per_trained = GRAD_BYTES + master / (shape.dp if shape.distributed_optimizer else 1)
         start = engine.total + max(

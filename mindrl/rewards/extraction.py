@@ -213,7 +213,7 @@ def warmup() -> None:
     if math_verify_available():
         _math_verify_equal("\\frac{1}{2}", "0.5")
         # A number against a product of symbols reaches sympy's simplify, whose first call
-        # imports sympy.physics (~1 s).
+        # imports sympy.physics (slow: paid here, not in the first sample's timeout).
         _math_verify_equal("1", "yes")
 
 

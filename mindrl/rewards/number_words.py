@@ -50,8 +50,8 @@ def _to_number(sentence: str) -> int | float:
     if "point" in words:
         at = words.index("point")
         words, decimals = words[:at], words[at + 1 :]
-    at = {scale: words.index(scale) if scale in words else -1 for scale in _SCALES}
-    bil, mil, tho = at["billion"], at["million"], at["thousand"]
+    scale_at = {scale: words.index(scale) if scale in words else -1 for scale in _SCALES}
+    bil, mil, tho = scale_at["billion"], scale_at["million"], scale_at["thousand"]
     if (tho > -1 and (tho < mil or tho < bil)) or (mil > -1 and mil < bil):
         raise ValueError("scales out of order")
     total: int | float = 0

@@ -32,8 +32,9 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from multiprocessing.context import ForkServerContext, SpawnContext
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 from mindrl.rewards.guard import BUDGET_EXHAUSTED, CIRCUIT_OPEN, StepGuard
 from mindrl.rewards.types import RewardParams, SampleMeta
@@ -54,10 +55,12 @@ from mindrl.rewards.worker_handle import (
 )
 
 __all__ = ["ERROR", "INVALID", "OK", "SKIPPED", "TIMEOUT", "Call", "Outcome", "PoolRun"]
-__all__ += ["VerifierPool", "default_num_workers"]
+__all__ += ["StartMethod", "VerifierPool", "default_num_workers"]
 
 logger = logging.getLogger(__name__)
 
+# how verifier processes start: never 'fork', unsafe in a threaded trainer
+StartMethod = Literal["forkserver", "spawn"]
 _MAX_STARTUP_FAILURES = 3
 _MAX_AUTO_WORKERS = 16
 _MAX_BATCH = 64  # calls sent to a worker at once
@@ -171,7 +174,7 @@ class VerifierPool:
         timeout_s: float,
         params: RewardParams | None = None,
         verifier_files: Sequence[str | Path] = (),
-        start_method: str = "forkserver",
+        start_method: StartMethod = "forkserver",
         startup_timeout_s: float = 120.0,
         step_budget_s: float | None = None,
         max_consecutive_failures: int = 3,
@@ -187,8 +190,10 @@ class VerifierPool:
             raise ValueError(
                 f"max_consecutive_failures must be >= 0, got {max_consecutive_failures}"
             )
-        if start_method == "fork":
-            raise ValueError("start_method 'fork' is unsafe in a threaded trainer; use forkserver")
+        if start_method not in get_args(StartMethod):
+            raise ValueError(
+                f"start_method must be one of {get_args(StartMethod)}, got {start_method!r}"
+            )
         self.names = tuple(names)
         self.num_workers = num_workers
         self.timeout_s = float(timeout_s)
@@ -198,7 +203,9 @@ class VerifierPool:
         self.limits = limits if limits is not None else WorkerLimits()
         self._params = params if params is not None else RewardParams()
         self._files = tuple(str(Path(f).resolve()) for f in verifier_files)
-        self._ctx = mp.get_context(start_method)
+        self._ctx: SpawnContext | ForkServerContext = (
+            mp.get_context("spawn") if start_method == "spawn" else mp.get_context("forkserver")
+        )
         if start_method == "forkserver":
             preload_in_forkserver(self._ctx)
         self._workers: list[WorkerHandle] = []

@@ -29,6 +29,7 @@ from mindrl.rewards.pool import (
     TIMEOUT,
     Call,
     Outcome,
+    StartMethod,
     VerifierPool,
     default_num_workers,
 )
@@ -67,7 +68,7 @@ class RewardScorer:
         timeout_s: float = 10.0,
         params: RewardParams | None = None,
         verifier_files: Sequence[str | Path] = (),
-        start_method: str = "forkserver",
+        start_method: StartMethod = "forkserver",
         *,
         step_budget_s: float | None = None,
         max_consecutive_failures: int = 3,

@@ -41,7 +41,7 @@ def open_group(store: Any, rank: int, world_size: int, host: str, timeout_s: flo
     """A gloo group of `world_size` over `store`; blocks until every rank has joined."""
     import torch.distributed as dist
 
-    options = dist.ProcessGroupGloo._Options()
+    options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch
     options._timeout = datetime.timedelta(seconds=timeout_s)
     device = (
         dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")

@@ -73,7 +73,7 @@ class HFRolloutEngine(RolloutEngine):
         self.device = torch.device(device) if device else get_accelerator().device()
         self.model = AutoModelForCausalLM.from_pretrained(
             str(model_dir), dtype=load_dtype, trust_remote_code=trust_remote_code
-        ).to(self.device)
+        ).to(self.device)  # type: ignore[arg-type]  # transformers' wrapped `to` types `self`
         self.model.eval()
         self.max_num_seqs = max_num_seqs
         self.eos_token_ids = _eos_ids(self.model)

@@ -20,7 +20,7 @@ packed weights and its whole KV cache for the whole run, beside the trainer's ac
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +45,7 @@ class ReleasedStorages:
     def nbytes(self) -> int:
         return sum(n for _, n in self.storages)
 
-    def shrink(self, tensors: list[torch.Tensor]) -> None:
+    def shrink(self, tensors: Sequence[torch.Tensor]) -> None:
         """Release the storages behind `tensors` (each once, however many views share it)."""
         seen = {s._cdata for s, _ in self.storages}
         for t in tensors:
@@ -75,7 +75,7 @@ def kv_cache_tensors(model: Any) -> list[torch.Tensor]:
     """The KV cache tensors vLLM bound to the model's attention layers."""
     import torch
 
-    found = []
+    found: list[torch.Tensor] = []
     for module in model.modules():
         cache = getattr(module, "kv_cache", None)
         caches = cache if isinstance(cache, (list, tuple)) else [cache]

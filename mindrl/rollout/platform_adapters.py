@@ -70,7 +70,7 @@ def device_memory(accelerator: str) -> tuple[int, int] | None:
         return None
     import torch
 
-    module = torch.cuda if accelerator == "cuda" else torch.npu
+    module = torch.cuda if accelerator == "cuda" else torch.npu  # type: ignore[attr-defined]
     free, total = module.mem_get_info()
     return int(free), int(total)
 

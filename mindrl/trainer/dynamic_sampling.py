@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from mindrl.data.batch import SampleBatch
 from mindrl.trainer.metrics import Timer
-from mindrl.trainer.rollout_step import generate_batch, step_sampling
+from mindrl.trainer.rollout_step import generate_batch, step_sampling, step_seed
 from mindrl.trainer.scoring import Scored, score_batch
 from mindrl.trainer.setup import Trainer
 
@@ -39,7 +39,7 @@ def _one_batch(
 ) -> tuple[SampleBatch, Scored]:
     sampling = step_sampling(t.run, step)
     if index:  # another draw of the same step: its own seed
-        sampling = replace(sampling, seed=sampling.seed * 1009 + index)
+        sampling = replace(sampling, seed=step_seed(t.run, step) * 1009 + index)
     records = t.prompts.dataset.batch(t.prompts.sampler.next_batch())
     with timer("rollout"):
         batch = generate_batch(t.roles.generator, records, sampling, t.prompts.pad_id)

@@ -24,12 +24,13 @@ from mindrl.accelerator.versions import check_versions
 from mindrl.cluster.placement import ClusterResources, PlacementPlan
 from mindrl.cluster.ray_target import RayConnectError, RayTarget
 from mindrl.config import ConfigError, load_run_config, resolved_yaml
-from mindrl.config.fates import MINDSPEED, handoffs
+from mindrl.config.fates import handoffs
 from mindrl.config.meaning import meaning_lines
 from mindrl.config.profiler import profiler_problems, profiler_warnings
 from mindrl.config.run import RunConfig
 from mindrl.planning import plan_memory
 from mindrl.trainer.trackers import tracker_problems
+from mindrl.trainer.worker_env import handed_env
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -145,8 +146,8 @@ def dry_run_path_warnings(run: RunConfig) -> list[str]:
 def coordinate_on_one_thread() -> None:
     """The driver's torch work is bookkeeping on small tensors (batches, advantages,
     metrics); with more intra-op threads it keeps an OpenMP pool whose idle threads spin on
-    the cores the workers compute on (the tiny CPU run's driver: 15% of a core -> 7%). The
-    workers' thread counts are their own (`MINDRL_NUM_THREADS`)."""
+    the cores the workers compute on, for no gain on tensors that small. The workers'
+    thread counts are their own (`MINDRL_NUM_THREADS`)."""
     import torch
 
     torch.set_num_threads(1)
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None, *, stage: str | None = None) -> int:
         if problems:
             raise ConfigError(problems)
         if not args.dry_run:  # before anything in this process imports megatron
-            os.environ.update(mindspeed_args.worker_env(handed.to(MINDSPEED)))
+            os.environ.update(handed_env(handed))  # what the workers get (worker_env)
             mindspeed_args.prepare_megatron(acc.name)
     except (ConfigError, AcceleratorError, RayConnectError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The GRPO / DAPO / PPO loop. One step, as DESIGN.md draws it:
+"""The GRPO / DAPO / PPO loop. One step, as docs/architecture.md draws it:
 
     prompts -> actor.generate (n per prompt; with rollout_staleness 1 the previous step
     generated them, `trainer/pipeline.py`) -> rule rewards -> reference and old log-probs
@@ -108,7 +108,7 @@ def grpo_step(
         if ref_lp is not None:
             batch = batch.with_tensors(ref_log_probs=ref_lp)
         critic_metrics: dict[str, float] = {}
-        if roles.critic is not None and adv.returns is not None:
+        if roles.critic is not None and values is not None and adv.returns is not None:
             with timer("critic_update"):
                 critic_metrics = roles.critic.update(
                     batch.with_tensors(values=values, returns=adv.returns), step

@@ -24,7 +24,12 @@ from typing import Any
 
 from mindrl.data.batch import SampleBatch, build_sample_batch
 from mindrl.trainer.metrics import Timer
-from mindrl.trainer.rollout_step import dataset_columns, generate_rows, step_sampling
+from mindrl.trainer.rollout_step import (
+    dataset_columns,
+    generate_rows,
+    step_sampling,
+    step_seed,
+)
 from mindrl.trainer.scoring import Scored, score_batch
 from mindrl.trainer.setup import Trainer
 
@@ -162,12 +167,13 @@ class PartialRollout:
         (one engine call per budget; at most two differ)."""
         records = self.t.prompts.dataset.batch([g.index for g, _ in open_samples])
         base = step_sampling(self.t.run, step)
+        seed = step_seed(self.t.run, step)
         by_budget: dict[int, list[int]] = {}
         for k, (_, sample) in enumerate(open_samples):
             by_budget.setdefault(round_budget(sample, self.max_tokens, self.splits), []).append(k)
         for budget, members in sorted(by_budget.items()):
             sampling = replace(
-                base, n=1, max_tokens=budget, seed=(base.seed * 1009 + index) * 7 + budget
+                base, n=1, max_tokens=budget, seed=(seed * 1009 + index) * 7 + budget
             )
             prompts = [list(records[k].prompt_ids) + open_samples[k][1].tokens for k in members]
             rows = generate_rows(self.t.roles.generator, prompts, sampling)

@@ -41,7 +41,7 @@ class InFlight:
     prompts: list[list[int]]
     chunks: list[Any]
     slices: list[int]
-    refs: list[Any]
+    refs: Any  # the rollout group's handle from `generate_async`, given back to `collect`
     dispatched: float
     sampler_state: dict[str, Any]  # the sampler before these prompts were drawn
     rows: list[Any] | None = None  # filled by `wait`

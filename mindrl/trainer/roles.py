@@ -8,14 +8,12 @@ devices is the plan's business; the loop's code is the same for every placement.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mindrl.accelerator import get_accelerator, mindspeed_args
 from mindrl.cluster.placement import PlacementPlan
-from mindrl.config.fates import MINDSPEED, handoffs
 from mindrl.config.run import RunConfig
+from mindrl.trainer.worker_env import worker_env
 from mindrl.workers.facades import (
     ActorGroup,
     CriticGroup,
@@ -70,10 +68,11 @@ def threads_per_worker(
 ) -> int:
     """`runtime.worker_threads`, else the bundle's CPUs (Ray would set OMP_NUM_THREADS to the
     actor's fractional share). On a CPU run on one node (`node_cpus`) whose CPUs the bundles
-    leave idle, the node's CPUs are spread over the plan's worker processes instead: the tiny
-    run with the reference in the actor is one process on a 1-CPU bundle of a 2-CPU machine,
-    and its step took 0.32 s on one thread, 0.27-0.30 s on two. Never more threads in all
-    than the node has CPUs, so processes whose passes overlap do not fight over cores."""
+    leave idle, the node's CPUs are spread over the plan's worker processes instead: a run
+    of fewer workers than cores (the tiny run with the reference in the actor is one process
+    on a 1-CPU bundle) would otherwise leave cores idle while its one worker computes. Never
+    more threads in all than the node has CPUs, so processes whose passes overlap do not
+    fight over cores."""
     if run.runtime.worker_threads:
         return run.runtime.worker_threads
     threads = max(int(bundle_cpus), 1)
@@ -82,22 +81,25 @@ def threads_per_worker(
     return threads
 
 
-def _worker_env(run: RunConfig, threads: int) -> dict[str, str]:
-    """Threads per worker (`threads_per_worker`); plus the accelerator's allocator settings
-    (`Accelerator.worker_env`)."""
-    env = {"MINDRL_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    acc = get_accelerator(run.runtime.accelerator)
-    env.update(acc.worker_env())
-    handed = handoffs(run, acc.name)
-    env.update(handed.env())  # e.g. hccl_buffersize -> HCCL_BUFFSIZE on NPU
-    env.update(mindspeed_args.worker_env(handed.to(MINDSPEED)))  # read by the adaptor
-    # a joined `ray start` cluster starts workers in its own directory: relative paths in the
-    # config (./ckpt) must mean what they mean for the driver
-    env["MINDRL_DRIVER_CWD"] = os.getcwd()
-    for name in ("MINDRL_ASSETS_DIR", "MINDRL_ACCELERATOR"):
-        if name in os.environ:
-            env[name] = os.environ[name]
-    return env
+def role_worker(role: str, run: RunConfig) -> tuple[type, tuple[Any, ...]]:
+    """The worker class of a role and its constructor's arguments; an unknown role is an
+    error naming the known ones (a plan from a newer config must not start a class-less group)."""
+    from mindrl.workers.actor import ActorWorker
+    from mindrl.workers.critic import CriticWorker
+    from mindrl.workers.megatron_worker import ReferenceWorker
+    from mindrl.workers.reward import RewardWorker
+    from mindrl.workers.rollout import RolloutWorker
+
+    workers: dict[str, tuple[type, tuple[Any, ...]]] = {
+        "actor": (ActorWorker, (run, run.hybrid_rollout)),
+        "ref": (ReferenceWorker, (run,)),
+        "rollout": (RolloutWorker, (run,)),
+        "reward": (RewardWorker, (run,)),
+        "critic": (CriticWorker, (run,)),
+    }
+    if role not in workers:
+        raise ValueError(f"no worker for role {role!r}; the known roles: {', '.join(workers)}")
+    return workers[role]
 
 
 def _rollout_role(
@@ -128,11 +130,6 @@ def start_roles(
         devices_per_worker,
     )
     from mindrl.cluster.worker_group import WorkerGroup
-    from mindrl.workers.actor import ActorWorker
-    from mindrl.workers.critic import CriticWorker
-    from mindrl.workers.megatron_worker import ReferenceWorker
-    from mindrl.workers.reward import RewardWorker
-    from mindrl.workers.rollout import RolloutWorker
 
     timeout = run.runtime.worker_timeout_s
     pgs = create_placement_groups(plan, timeout_s=min(timeout, 300.0))
@@ -141,14 +138,7 @@ def start_roles(
     try:
         for device_group in plan.groups:
             for layout in device_group.roles:
-                hybrid = run.hybrid_rollout
-                cls, args = {
-                    "actor": (ActorWorker, (run, hybrid)),
-                    "ref": (ReferenceWorker, (run,)),
-                    "rollout": (RolloutWorker, (run,)),
-                    "reward": (RewardWorker, (run,)),
-                    "critic": (CriticWorker, (run,)),
-                }.get(layout.role, (None, ()))
+                cls, args = role_worker(layout.role, run)
                 cpus = cpus_per_worker(device_group)
                 threads = threads_per_worker(
                     run, float(device_group.bundle.get("CPU", 1.0)), plan, node_cpus
@@ -162,7 +152,7 @@ def start_roles(
                     num_cpus_per_worker=cpus,
                     num_devices_per_worker=devices_per_worker(device_group, plan.resource),
                     device_resource=plan.resource,
-                    env=_worker_env(run, threads),
+                    env=worker_env(run, threads),
                     init_args=args,
                     master_addr=master_addr,
                     timeout_s=timeout,

@@ -15,14 +15,20 @@ from mindrl.rollout.rows import RolloutRow
 from mindrl.workers.facades import RolloutGenerator
 
 
-def step_sampling(run: RunConfig, step: int, *, validation: bool = False) -> RolloutSampling:
-    """The step's sampling: n per prompt (1 and greedy for validation) and a per-step seed,
+def step_seed(run: RunConfig, step: int) -> int:
+    """The step's sampling seed (`generate_config.sampling_config.seed`, else the data seed),
     so the same step samples the same responses, resumed or not."""
     cfg = run.generate.sampling_config
-    n = 1 if validation else run.rl.algorithm.n_samples_per_prompt
-    sampling = RolloutSampling.from_config(cfg, n)
     base = cfg.seed if cfg.seed is not None else run.actor.data.seed
-    sampling = replace(sampling, seed=base * 100_003 + step)
+    return base * 100_003 + step
+
+
+def step_sampling(run: RunConfig, step: int, *, validation: bool = False) -> RolloutSampling:
+    """The step's sampling: n per prompt (1 and greedy for validation) and the step's seed
+    (`step_seed`)."""
+    cfg = run.generate.sampling_config
+    n = 1 if validation else run.rl.algorithm.n_samples_per_prompt
+    sampling = replace(RolloutSampling.from_config(cfg, n), seed=step_seed(run, step))
     return replace(sampling, temperature=0.0) if validation else sampling
 
 

@@ -67,11 +67,22 @@ class Trainer:
 
 
 def load_prompts(run: RunConfig) -> Prompts:
+    """The actor's prompts and tokenizer; both paths must be set (a config loaded with
+    `check_paths=False` may leave them unset)."""
+    from mindrl.config.errors import ConfigError
     from mindrl.data.dataset import PromptDataset, PromptSubset
     from mindrl.data.sampler import ResumableSampler
     from mindrl.data.tokenizer import DriverTokenizer
 
     data = run.actor.data
+    if data.data_path is None:
+        raise ConfigError(
+            "megatron_training.data_path: required (output of cli/preprocess_data.py)"
+        )
+    if data.tokenizer_name_or_path is None:
+        raise ConfigError(
+            "actor_config.tokenizer_name_or_path: required (an HF model or tokenizer folder)"
+        )
     max_prompt = run.rl.algorithm.max_prompt_length
     dataset = PromptSubset(PromptDataset(data.data_path), max_prompt)
     if dataset.dropped:
@@ -82,8 +93,6 @@ def load_prompts(run: RunConfig) -> Prompts:
             max_prompt,
         )
     if not len(dataset):
-        from mindrl.config.errors import ConfigError
-
         raise ConfigError(
             f"rl_config.max_prompt_length: {max_prompt} leaves no prompt of {data.data_path}"
         )

@@ -15,8 +15,8 @@ logged. As in MindSpeed-RL, a requested online wandb run that cannot start falls
 offline one. Unlike MindSpeed-RL, an empty project or experiment name gets a default
 (``mindrl`` / the output folder's name) instead of silently turning the tracker off.
 
-The libraries are imported here, when a tracker opens (``import wandb`` takes ~0.5-0.8 s), so
-``import mindrl`` stays cheap.
+The libraries are imported here, when a tracker opens (they are slow to import and most runs
+use none), so ``import mindrl`` stays cheap.
 """
 
 from __future__ import annotations

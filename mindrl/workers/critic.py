@@ -61,12 +61,13 @@ class CriticWorker(TrainableWorker):
             self.resume_from(str(Path(resume_dir) / CRITIC_DIR))
         return info
 
-    def load_weights(self) -> None:
-        load = self.cfg.ckpt.load
+    def load_weights(self, load: str | None = None) -> None:
+        """As the base class; an HF folder's value head (`score`) comes with its body."""
+        load = load or self.cfg.ckpt.load
         from mindrl.checkpoint.folders import is_hf_folder
 
         if load is None or not is_hf_folder(load):
-            super().load_weights()
+            super().load_weights(load)
             return
         from mindrl.checkpoint.online import load_hf_into_mcore
         from mindrl.models.value_model import VALUE_HEAD_PREFIX, load_score_head

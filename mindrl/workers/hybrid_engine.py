@@ -225,7 +225,9 @@ class HybridEngine:
 
     def _snapshot(self, phase: str, extra: dict[str, float] | None = None) -> None:
         ledger = self.ledger()
-        resident = {p: ledger[p] for p in ("params", "grads", "optimizer") if p in ledger}
+        resident: dict[str, int] = {
+            p: ledger[p] for p in ("params", "grads", "optimizer") if p in ledger
+        }
         engine_bytes = ledger["engine_weights"]
         snapshot = memory_metrics(
             phase,

@@ -49,31 +49,6 @@ class LossSettings:
     entropy_grad: bool
 
 
-def grpo_loss_config(alg: AlgorithmConfig, max_tokens: int | None = None) -> GRPOLossConfig:
-    """The loss knobs of `alg`; `max_tokens` (the rollout's response limit) is Dr.GRPO's
-    constant horizon when `loss_agg_horizon` is unset, so every micro-batch divides by the
-    same number."""
-    from mindrl.algorithms import GRPOLossConfig
-
-    horizon = None
-    if alg.loss_agg_mode == "seq-mean-token-sum-norm":
-        horizon = alg.loss_agg_horizon or max_tokens
-    return GRPOLossConfig(
-        clip_ratio=alg.clip_ratio,
-        clip_ratio_high=alg.clip_ratio_high,
-        clip_ratio_c=alg.clip_ratio_c,
-        loss_agg_mode=alg.loss_agg_mode,
-        loss_agg_horizon=horizon,
-        policy_loss=alg.policy_loss,
-        use_kl_loss=alg.kl.where == "loss",
-        kl_loss_coef=alg.kl.coef,
-        kl_loss_type=alg.kl_penalty,
-        entropy_coeff=alg.entropy_coeff,
-        use_tis=alg.use_tis,
-        tis_cap=alg.tis_cap,
-    )
-
-
 def micro_batch_loss(
     mb: UpdateMicroBatch, settings: LossSettings, head: OutputHead, output: torch.Tensor
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -321,7 +296,7 @@ class PolicyUpdater:
         from mindrl.models.micro_batches import fixed_packed_length
 
         settings = LossSettings(
-            loss=grpo_loss_config(self.alg, self.max_tokens),
+            loss=self.alg.loss_config(self.max_tokens),
             vocab_size=self.vocab_size,
             normalizer=global_normalizer(mini.response_mask, self.alg.loss_agg_mode),
             # megatron divides each micro-batch loss by n_micro and DDP averages over DP

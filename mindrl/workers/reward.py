@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mindrl.cluster.worker import Worker
+from mindrl.config.errors import ConfigError
+from mindrl.config.role import RoleConfig
 from mindrl.config.run import RunConfig
 
 if TYPE_CHECKING:
@@ -20,9 +22,17 @@ if TYPE_CHECKING:
 
 class RewardWorker(Worker):
     def __init__(self, run: RunConfig):
+        # refused here, before Ray has started the worker's model, with the key to set
+        if run.reward is None:
+            raise ConfigError(
+                "reward_config: required by the reward-model worker (the run has none)"
+            )
+        if run.reward.ckpt.load is None:
+            raise ConfigError("reward_config.load: required (the reward model's HF folder)")
         super().__init__()
         self.run = run
-        self.cfg = run.reward
+        self.cfg: RoleConfig = run.reward
+        self.load: str = run.reward.ckpt.load
         self.model: Any = None
         self.device: Any = None
 
@@ -35,9 +45,8 @@ class RewardWorker(Worker):
         acc = get_accelerator(self.run.runtime.accelerator)
         self.device = acc.device(0)  # Ray narrows the visible devices to this worker's one
         dtype = torch_dtype(self.cfg.precision.params_dtype)
-        self.model = AutoModelForSequenceClassification.from_pretrained(
-            self.cfg.ckpt.load, dtype=dtype
-        ).to(self.device)
+        model = AutoModelForSequenceClassification.from_pretrained(self.load, dtype=dtype)
+        self.model = model.to(self.device)
         self.model.eval()
         return self.rank
 

@@ -9,34 +9,28 @@ as lists (every rank of the role returns the whole batch's), "metrics": per step
 
 from __future__ import annotations
 
-import os
-import warnings
 from typing import Any
 
 from tests.fresh_process import json_main
+from tests.integration._rank_start import rank_run_config
 from tests.integration._scale_rank import synthetic_batch
 
 
 def main(args: dict[str, Any]) -> dict[str, Any]:
-    warnings.filterwarnings("ignore")
-    import torch
-
-    from mindrl.config import load_run_config
-    from mindrl.workers.critic import CriticWorker
-
-    torch.set_num_threads(1)
-    world = int(os.environ["WORLD_SIZE"])
-    run, _ = load_run_config(
+    run = rank_run_config(
         "ppo_tiny_cpu",
         [
             f"actor_config.load={args['hf_dir']}",
             f"critic_config.load={args['hf_dir']}",
-            f"rl_config.actor_resource.num_npus={world}",
             "critic_config.micro_batch_size=2",
             "rl_config.mini_batch_size=2",
             *args["overrides"],
         ],
     )
+    import torch
+
+    from mindrl.workers.critic import CriticWorker
+
     worker = CriticWorker(run)
     worker.init_model()
     info = worker.info

@@ -12,11 +12,10 @@ after the steps}; rank 0 saves {step: {param name: gradient}} (its shard) to `gr
 
 from __future__ import annotations
 
-import os
-import warnings
 from typing import Any
 
 from tests.fresh_process import json_main
+from tests.integration._rank_start import rank_run_config
 from tests.integration._scale_rank import synthetic_batch
 
 
@@ -32,26 +31,21 @@ def gradients(worker: Any) -> dict[str, Any]:
 
 
 def main(args: dict[str, Any]) -> dict[str, Any]:
-    warnings.filterwarnings("ignore")
-    import torch
-
-    from mindrl.config import load_run_config
-    from mindrl.workers.actor import ActorWorker
-
-    torch.set_num_threads(1)
-    world = int(os.environ["WORLD_SIZE"])
     load = [f"actor_config.load={args['hf_dir']}"] if args.get("hf_dir") else []
-    run, _ = load_run_config(
+    run = rank_run_config(
         args.get("config", "grpo_tiny_cpu"),
         [
             *load,
-            f"rl_config.actor_resource.num_npus={world}",
             "actor_config.micro_batch_size=4",
             "rl_config.mini_batch_size=4",
             "actor_config.lr=1e-3",
             *args["overrides"],
         ],
     )
+    import torch
+
+    from mindrl.workers.actor import ActorWorker
+
     worker = ActorWorker(run, with_rollout=False)
     worker.init_model()
     batch = synthetic_batch(run.actor.model.vocab_size, grouped=bool(args.get("grouped")))

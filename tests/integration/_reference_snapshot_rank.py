@@ -13,36 +13,28 @@ Adam param group's `fused` option}.
 
 from __future__ import annotations
 
-import os
-import warnings
 from typing import Any
 
 from tests.fresh_process import json_main
+from tests.integration._rank_start import SMALL_BATCHES, rank_run_config
 from tests.integration._scale_rank import synthetic_batch
 
 
 def main(args: dict[str, Any]) -> dict[str, Any]:
-    warnings.filterwarnings("ignore")
-    import torch
-
-    from mindrl.config import load_run_config
-    from mindrl.workers.actor import ActorWorker
-
-    torch.set_num_threads(1)
-    world = int(os.environ["WORLD_SIZE"])
-    run, _ = load_run_config(
+    run = rank_run_config(
         "grpo_tiny_cpu",
         [
             f"actor_config.load={args['hf_dir']}",
-            f"rl_config.actor_resource.num_npus={world}",
             "rl_config.use_integrated_worker=true",
             "~ref_config",
-            "actor_config.micro_batch_size=2",
-            "rl_config.mini_batch_size=2",
+            *SMALL_BATCHES,
             "actor_config.lr=1e-3",
             *args["overrides"],
         ],
     )
+
+    from mindrl.workers.actor import ActorWorker
+
     worker = ActorWorker(run, with_rollout=False)
     worker.init_model(resume_dir=args.get("resume"))
     batch = synthetic_batch(run.actor.model.vocab_size)

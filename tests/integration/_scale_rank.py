@@ -12,11 +12,10 @@ backward, "dp_size"}.
 from __future__ import annotations
 
 import gc
-import os
-import warnings
 from typing import Any
 
 from tests.fresh_process import json_main
+from tests.integration._rank_start import SMALL_BATCHES, rank_run_config
 
 PROMPTS, SAMPLES, PROMPT_LEN, RESPONSE_LEN = 4, 4, 12, 20
 
@@ -110,24 +109,18 @@ def optimizer_state_bytes(worker: Any) -> int:
 
 
 def main(args: dict[str, Any]) -> dict[str, Any]:
-    warnings.filterwarnings("ignore")
-    import torch
-
-    from mindrl.config import load_run_config
-    from mindrl.workers.actor import ActorWorker
-
-    torch.set_num_threads(1)
-    world = int(os.environ["WORLD_SIZE"])
-    run, _ = load_run_config(
+    run = rank_run_config(
         "grpo_tiny_cpu",
         [
             f"actor_config.load={args['hf_dir']}",
-            f"rl_config.actor_resource.num_npus={world}",
-            "actor_config.micro_batch_size=2",
-            "rl_config.mini_batch_size=2",
+            *SMALL_BATCHES,
             *args["overrides"],
         ],
     )
+    import torch
+
+    from mindrl.workers.actor import ActorWorker
+
     worker = ActorWorker(run, with_rollout=False)
     worker.init_model(resume_dir=args.get("resume"))
     info = worker.info

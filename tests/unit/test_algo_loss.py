@@ -56,7 +56,7 @@ def test_combined_loss_matches_loop(mode: str, use_tis: bool) -> None:
         loss_agg_mode=mode,
         use_kl_loss=True,
         kl_loss_coef=0.05,
-        kl_loss_type="low_var_kl",
+        kl_penalty="low_var_kl",
         entropy_coeff=0.01,
         use_tis=use_tis,
         tis_cap=1.5,
@@ -152,17 +152,34 @@ def test_missing_inputs_and_bad_config() -> None:
     with pytest.raises(ValueError, match="rollout_log_prob"):
         grpo_loss(GRPOLossConfig(use_tis=True), log_prob, old, adv, mask)
     for bad in (
-        {"clip_ratio": 1.0},
+        {"clip_ratio": 1.5},
         {"clip_ratio_high": -0.1},
         {"clip_ratio_c": 1.0},
         {"loss_agg_mode": "sum"},
-        {"kl_loss_type": "full"},
+        {"kl_penalty": "full"},
         {"tis_cap": 0.0},
         {"entropy_coeff": -1.0},
         {"loss_agg_horizon": 0},
     ):
         with pytest.raises(ValueError):
             GRPOLossConfig(**bad)
+
+
+def test_the_loss_knobs_and_their_rules_are_written_once() -> None:
+    """rl_config's AlgorithmConfig inherits the loss knobs: a bad YAML value is reported once,
+    with its key path, in the words a direct construction gets."""
+    from mindrl.config.fields import _Problems, build_groups
+    from mindrl.config.rl import RL_GROUPS, AlgorithmConfig
+
+    assert issubclass(AlgorithmConfig, GRPOLossConfig)
+    problems = _Problems()
+    build_groups(RL_GROUPS, {"clip_ratio": 1.5, "loss_mode": "x"}, "rl_config", problems)
+    assert problems.items == [
+        "rl_config.clip_ratio: 1.5 is out of range (must be <= 1.0)",
+        "rl_config.loss_mode: 'x' is not one of ['vanilla', 'gspo']",
+    ]
+    with pytest.raises(ValueError, match=r"^clip_ratio: 1.5 is out of range \(must be <= 1.0\)$"):
+        GRPOLossConfig(clip_ratio=1.5)
 
 
 def test_config_is_frozen() -> None:

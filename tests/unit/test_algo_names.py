@@ -76,7 +76,7 @@ def test_every_loss_agg_mode_dispatches(mode):
 
 @pytest.mark.parametrize("kl_type", names.KL_TYPES)
 def test_every_kl_type_is_a_valid_kl_loss(kl_type):
-    assert GRPOLossConfig(kl_loss_type=kl_type).kl_loss_type == kl_type
+    assert GRPOLossConfig(kl_penalty=kl_type).kl_penalty == kl_type
 
 
 @pytest.mark.parametrize("ctrl_type", names.KL_CTRL_TYPES)

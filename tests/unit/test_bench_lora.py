@@ -1,5 +1,5 @@
-"""tools/bench/lora.py's bookkeeping: the two runs' overrides, metrics.jsonl parsing, the
-driver's parameter line and the summary (no training run)."""
+"""tools/bench/lora.py's and training_run.py's bookkeeping: the two runs' overrides,
+metrics.jsonl parsing, the driver's parameter line and the summary (no training run)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tools.bench import lora
+from tools.bench import lora, training_run
 
 
 def test_the_lora_run_differs_from_full_only_by_the_adapter_keys(tmp_path):
-    common = lora.common_overrides(4, tmp_path / "full")
+    common = training_run.common_overrides(4, tmp_path / "full")
     assert "megatron_training.train_iters=4" in common
     assert f"runtime.output_dir={tmp_path / 'full'}" in common
     assert "actor_config.save=null" in common  # no step checkpoints
@@ -32,7 +32,7 @@ def test_the_lora_run_differs_from_full_only_by_the_adapter_keys(tmp_path):
     # nothing in the full run's list that the LoRA run overrides differently
     assert not {o.split("=")[0] for o in common} & {o.split("=")[0] for o in extra}
 
-    cmd = lora.train_command("grpo_smollm2_cpu", common + extra)
+    cmd = training_run.train_command("grpo_smollm2_cpu", common + extra)
     assert cmd[0] == sys.executable
     assert cmd[1:4] == ["cli/train_grpo.py", "--config-name", "grpo_smollm2_cpu"]
     assert cmd[4:] == common + extra
@@ -43,7 +43,7 @@ def test_the_overrides_compose_into_valid_configs(tmp_path):
     from mindrl.config import load_run_config
 
     def load(*extra: str):
-        overrides = lora.common_overrides(4, tmp_path / "run") + list(extra)
+        overrides = training_run.common_overrides(4, tmp_path / "run") + list(extra)
         return load_run_config("grpo_smollm2_cpu", overrides, check_paths=False)[0]
 
     full = load()
@@ -72,14 +72,14 @@ def test_metrics_parse_into_steps_and_the_summary_skips_step_one():
             "",
         ]
     )
-    steps = lora.parse_metrics(text)
+    steps = training_run.parse_metrics(text)
     assert [s["step"] for s in steps] == [1, 2, 3]
     assert steps[1]["reward"] == 0.2 and steps[2]["reward"] is None
     assert steps[0]["phases"]["rollout"] == 40.0
     assert steps[0]["phases"]["other"] == pytest.approx(5.0)  # 100 - 40 - 10 - 45
     assert steps[0]["detail"] == {"update_fwd_bwd": 30.0}  # sub-phases are not in "other"
 
-    s = lora.summarize(steps, peak_pss_gib=3.5)
+    s = training_run.summarize(steps, peak_pss_gib=3.5)
     assert s["s_per_step"] == pytest.approx(40.0)
     assert s["step1_s"] == 100.0
     assert s["phase_s"]["rollout"] == pytest.approx(15.0)
@@ -95,8 +95,8 @@ def test_trainable_parameters_come_from_the_driver_log_and_full_is_derived():
         "2025 INFO mindrl.trainer.setup: trainable parameters: 4884480 of 139399488 "
         "(3.504%, LoRA r=16 on linear_qkv, linear_proj, linear_fc1, linear_fc2)\n"
     )
-    assert lora.parse_trainable(log) == (4884480, 139399488)
-    assert lora.parse_trainable("no such line\n") is None
+    assert training_run.parse_trainable(log) == (4884480, 139399488)
+    assert training_run.parse_trainable("no such line\n") is None
 
     results = {
         "full": {"trainable_params": None, "total_params": None},
@@ -128,12 +128,12 @@ def test_summary_line_gives_both_runs_and_the_lora_over_full_ratios():
 def test_a_failed_run_stops_the_bench(tmp_path, monkeypatch):
     # the run itself is tools/bench/e2e.py's run_tree: a failing command stops the bench
     monkeypatch.setattr(
-        lora,
+        training_run,
         "train_command",
         lambda config, overrides, script: [sys.executable, "-c", "raise SystemExit(2)"],
     )
     with pytest.raises(SystemExit, match="exit code 2"):
-        lora.run_one("full", "cfg", [], Path(tmp_path) / "full", timeout_s=60)
+        training_run.run_one("full", "cfg", [], Path(tmp_path) / "full", timeout_s=60)
 
 
 def test_the_contention_sampler_counts_the_trees_cpu_time():
@@ -156,7 +156,7 @@ def test_the_contention_sampler_counts_the_trees_cpu_time():
         while sum(psutil.Process(older.pid).cpu_times()[:2]) < 2.0:
             assert time.monotonic() < deadline, "the older child never burned its 2 s"
             time.sleep(0.1)
-        meter = lora.Contention(interval_s=0.1)
+        meter = training_run.Contention(interval_s=0.1)
         subprocess.run([sys.executable, "-c", burn(1.0)], check=True)
         time.sleep(0.3)
         machine = meter.stop()
@@ -175,15 +175,19 @@ def test_the_contention_sampler_counts_the_trees_cpu_time():
 
 
 def test_a_failed_run_is_recorded_and_the_other_still_runs(tmp_path, monkeypatch):
-    steps = lora.parse_metrics("\n".join(_metrics_line(i, 10.0, 0.1) for i in (1, 2)))
+    steps = training_run.parse_metrics("\n".join(_metrics_line(i, 10.0, 0.1) for i in (1, 2)))
 
     def fake_run(name, config, overrides, out_dir, timeout_s, pss_gate_mib=None):
         if name == "full":
             raise SystemExit("cli/train_grpo.py ran past 10 s")
         machine = {"load1_mean": 1.0, "load1_max": 1.0, "tree_cpu_s": 1.0, "cpu_share": 0.5}
-        return {"machine": machine, "trainable_params": 1, "summary": lora.summarize(steps, 2.0)}
+        return {
+            "machine": machine,
+            "trainable_params": 1,
+            "summary": training_run.summarize(steps, 2.0),
+        }
 
-    monkeypatch.setattr(lora, "run_one", fake_run)
+    monkeypatch.setattr(training_run, "run_one", fake_run)
     out = tmp_path / "lora.json"
     assert lora.main(["--steps", "2", "--out", str(out)]) == 1
     runs = json.loads(out.read_text())["runs"]

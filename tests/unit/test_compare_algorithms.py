@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tools import compare_algorithms as compare
-from tools.bench import lora
+from tools.bench import training_run
 
 
 @pytest.mark.parametrize("name", sorted(compare.ALGORITHMS))
@@ -16,7 +16,9 @@ def test_each_algorithm_is_its_shipped_config_with_validation(name, tmp_path):
     from mindrl.config import load_run_config
 
     algo = compare.ALGORITHMS[name]
-    overrides = lora.common_overrides(40, tmp_path / name) + compare.validation_overrides(10)
+    overrides = training_run.common_overrides(40, tmp_path / name) + compare.validation_overrides(
+        10
+    )
     run = load_run_config(algo.config, overrides, check_paths=False)[0]
     loop = run.rl.loop
     assert loop.val_before_train and loop.test_freq == 10
@@ -27,7 +29,7 @@ def test_each_algorithm_is_its_shipped_config_with_validation(name, tmp_path):
     assert algo.script == {"ray_grpo": "cli/train_grpo.py", "ray_dapo": "cli/train_dapo.py"}[stage]
     assert (run.rl.algorithm.policy_loss == "gspo") == (name == "gspo")
     assert run.filters_groups == (name == "dapo")
-    cmd = lora.train_command(algo.config, overrides, algo.script)
+    cmd = training_run.train_command(algo.config, overrides, algo.script)
     assert cmd[1:4] == [algo.script, "--config-name", algo.config]
 
 

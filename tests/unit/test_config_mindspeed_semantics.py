@@ -14,7 +14,6 @@ from mindrl.config.build import build_run_config
 from mindrl.config.errors import ConfigError
 from mindrl.config.meaning import meaning_lines
 from mindrl.config.validate import validate
-from mindrl.workers.policy_update import grpo_loss_config
 
 QWEN25_7B = {  # a MindSpeed-RL model yaml: no model_type_hf, Qwen2 told by add_qkv_bias
     "use_mcore_models": True,
@@ -155,8 +154,8 @@ def test_init_kl_coef_is_the_kl_loss_coefficient_in_grpo():
     run = _build(GRPO_2X)
     kl = run.rl.algorithm.kl
     assert (kl.where, kl.coef, kl.estimator) == ("loss", 0.001, "low_var_kl")
-    loss = grpo_loss_config(run.rl.algorithm)
-    assert loss.use_kl_loss and loss.kl_loss_coef == 0.001 and loss.kl_loss_type == "low_var_kl"
+    loss = run.rl.algorithm.loss_config()
+    assert loss.use_kl_loss and loss.kl_loss_coef == 0.001 and loss.kl_penalty == "low_var_kl"
     assert "KL: loss, coef 0.001, estimator low_var_kl" in meaning_lines(run)
 
 
@@ -173,7 +172,7 @@ def test_use_kl_in_reward_moves_kl_into_the_reward():
     run = _build(GRPO_2X, use_kl_in_reward=True, init_kl_coef=0.05)
     assert run.rl.algorithm.kl.where == "reward"
     assert uses_kl_in_reward(run.rl.algorithm) and recomputes_old_log_probs(run)
-    assert not grpo_loss_config(run.rl.algorithm).use_kl_loss
+    assert not run.rl.algorithm.loss_config().use_kl_loss
 
 
 def test_kl_off_and_verl_keys():

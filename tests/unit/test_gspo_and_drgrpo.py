@@ -13,7 +13,6 @@ from mindrl.algorithms import grpo_loss
 from mindrl.algorithms.aggregation import aggregate_loss
 from mindrl.algorithms.gspo import gspo_token_losses, sequence_clipfrac, sequence_log_ratio
 from mindrl.config import load_run_config
-from mindrl.workers.policy_update import grpo_loss_config
 
 MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
 OLD = torch.tensor([[-1.0, -2.0, -0.5, -9.0], [-1.5, -0.2, -9.0, -9.0]])
@@ -65,7 +64,7 @@ def test_gspo_through_the_grpo_loss_and_its_config_key():
         ["rl_config.loss_mode=gspo", "rl_config.loss_agg_mode=seq-mean-token-mean"],
         check_paths=False,
     )
-    cfg = grpo_loss_config(run.rl.algorithm)
+    cfg = run.rl.algorithm.loss_config()
     assert cfg.policy_loss == "gspo"
     adv = torch.tensor([[1.0] * 4, [-2.0] * 4]) * MASK
     loss, metrics = grpo_loss(cfg, NEW, OLD, adv, MASK, ref_log_prob=OLD)
@@ -80,14 +79,14 @@ def test_dr_grpo_divides_every_micro_batch_by_the_configured_horizon():
         "grpo_tiny_cpu", ["rl_config.loss_agg_mode=seq-mean-token-sum-norm"], check_paths=False
     )
     max_tokens = run.generate.sampling_config.max_tokens
-    cfg = grpo_loss_config(run.rl.algorithm, max_tokens)
+    cfg = run.rl.algorithm.loss_config(max_tokens)
     assert cfg.loss_agg_horizon == max_tokens
     set_h, _ = load_run_config(
         "grpo_tiny_cpu",
         ["rl_config.loss_agg_mode=seq-mean-token-sum-norm", "rl_config.loss_agg_horizon=100"],
         check_paths=False,
     )
-    assert grpo_loss_config(set_h.rl.algorithm, max_tokens).loss_agg_horizon == 100
+    assert set_h.rl.algorithm.loss_config(max_tokens).loss_agg_horizon == 100
     # two micro-batches of different widths: each response's token sum / the same constant
     wide = torch.ones(2, 7)
     narrow = torch.ones(2, 3)
@@ -97,4 +96,4 @@ def test_dr_grpo_divides_every_micro_batch_by_the_configured_horizon():
         assert float(got) == pytest.approx(losses.shape[1] / max_tokens)
     # other modes take no horizon
     plain, _ = load_run_config("grpo_tiny_cpu", [], check_paths=False)
-    assert grpo_loss_config(plain.rl.algorithm, max_tokens).loss_agg_horizon is None
+    assert plain.rl.algorithm.loss_config(max_tokens).loss_agg_horizon is None

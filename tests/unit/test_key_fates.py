@@ -284,14 +284,32 @@ class Scan:
         return out
 
     def honoured(self) -> set[tuple[Cls, str]]:
-        """Read outside mindrl/config, directly or through a config class's members."""
+        """Read outside mindrl/config, directly or through a config class's members; a read
+        of an inherited field counts for the subclass too (AlgorithmConfig's loss knobs are
+        `GRPOLossConfig`'s fields, read by the loss from `AlgorithmConfig.loss_config`)."""
         seen, todo = set(self.outside), list(self.outside)
         while todo:
             for read in self.members.get(todo.pop(), ()):
                 if read not in seen:
                     seen.add(read)
                     todo.append(read)
+        for cls in self.ix.classes:
+            for base in self.bases(cls):
+                seen |= {(cls, name) for owner, name in list(seen) if owner == base}
         return seen
+
+    def bases(self, cls: Cls) -> set[Cls]:
+        """The mindrl classes `cls` inherits from, at any depth."""
+        out: set[Cls] = set()
+        todo = [cls]
+        while todo:
+            key = todo.pop()
+            for b in self.ix.classes[key].bases:
+                base = self.ix.resolve(key[0], b.id) if isinstance(b, ast.Name) else None
+                if base is not None and base not in out and base in self.ix.classes:
+                    out.add(base)
+                    todo.append(base)
+        return out
 
 
 def _defs(mod: str, tree: ast.Module) -> Iterator[tuple[Any, Cls | None]]:

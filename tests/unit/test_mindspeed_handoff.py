@@ -44,6 +44,19 @@ def test_npu_run_hands_the_switches_to_the_worker_env():
     assert handoffs(run, "cpu").values == {}
 
 
+def test_the_driver_and_the_workers_get_the_same_handed_env():
+    """`handed_env` is the one place the handed keys become env vars: the driver takes it
+    before importing megatron (trainer/entry.py), every worker inside `worker_env`."""
+    from mindrl.trainer.worker_env import handed_env, worker_env
+
+    run, _ = load_run_config("grpo_tiny_cpu", ["actor_config.use_fused_rmsnorm=true"])
+    env = handed_env(handoffs(run, "npu"))
+    assert json.loads(env[ENV])["use_fused_rmsnorm"] is True
+    workers = worker_env(run, threads=3)  # the run's own accelerator: cpu, nothing handed
+    assert workers["OMP_NUM_THREADS"] == workers["MINDRL_NUM_THREADS"] == "3"
+    assert ENV not in workers and handed_env(handoffs(run, "cpu")) == {}
+
+
 def test_argv_holds_only_the_handed_flags_while_the_adaptor_imports(monkeypatch):
     monkeypatch.setenv(ENV, json.dumps({"use_fused_rmsnorm": True, "swap_optimizer": False}))
     monkeypatch.setattr(sys, "argv", ["default_worker.py", "--node-ip-address=127.0.0.1"])

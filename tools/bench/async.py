@@ -8,7 +8,7 @@ and data, with the rollout engine in a group of its own (`rl_config.rollout_reso
   sync      rollout_staleness 0: generate, then score, reference, update, weight sync
   one_off   rollout_staleness 1: the next step's generation runs beside this step's training
 
-Per run (tools/bench/lora.py's measurement): seconds per step over steps 2..N, each phase's
+Per run (tools/bench/training_run.py's measurement): seconds per step over steps 2..N, each phase's
 mean, peak summed PSS, machine load; for one_off also the seconds the driver waited for the
 generation in flight and the share of the generation that ran behind training
 (`timing/overlap`). On a 2-core machine both groups share the same two cores, so the overlap
@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tools.bench.lora import run_line  # noqa: E402
+from tools.bench.training_run import run_line  # noqa: E402
 
 PIPELINE_KEYS = (
     "rollout/staleness",

@@ -17,7 +17,7 @@ fresh process tree, same seed and data:
 
 Step 1 generates the same samples in both runs (same seed, same weights), so its losses must
 agree (packing changes no number beyond float rounding); later steps drift apart as float
-noise in the update reaches the sampler. Per run (tools/bench/lora.py's measurement): seconds
+noise in the update reaches the sampler. Per run (tools/bench/training_run.py's measurement): seconds
 per step over steps 2..N, each phase's mean, peak summed PSS, machine load, and the padding
 fraction each pass fed. Writes bench/results/packing.json; the last line is the summary.
 """
@@ -33,7 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tools.bench.lora import run_line  # noqa: E402
+from tools.bench.training_run import run_line  # noqa: E402
 
 PADDING_KEYS = (
     "perf/padding_fraction_ref",

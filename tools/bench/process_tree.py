@@ -32,12 +32,12 @@ class TreeMemory:
     them once per process. Falls back to RSS where PSS is unavailable.
 
     Reading PSS is not free: the kernel walks each process's page tables under its memory map
-    lock (~45 ms a poll for the tiny run's 14 processes, 18 ms of it the actor's, which stalls
-    the actor's own page faults meanwhile). With `pss_gate_mib` a poll reads only each
-    process's resident memory that is not file-backed or shared (RSS less `shared` from
-    /proc/PID/statm, ~0.3 ms for the tree), and PSS only when that sum has grown by the gate
-    since the last PSS reading: PSS grows with it, so the peak is still read, and a run in its
-    steady state is left alone (the tiny run's step is ~12% slower under a 1 s PSS poll). The
+    lock, which stalls the process's own page faults meanwhile (the actor's most). With
+    `pss_gate_mib` a poll reads only each process's resident memory that is not file-backed or
+    shared (RSS less `shared` from /proc/PID/statm, a cheap read), and PSS only when that sum
+    has grown by the gate since the last PSS reading: PSS grows with it, so the peak is still
+    read, and a run in its steady state is left alone (a short step is visibly slower under a
+    PSS poll every second). The
     plain RSS sum would be a worse gate: shared pages counted once per process mapping them
     rise and fall with processes starting and ending, where PSS does not."""
 
@@ -134,7 +134,7 @@ def run_tree(
         proc = subprocess.Popen(
             cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-        interval_s = 1.0 if pss_gate_mib is None else 0.25  # a gated poll costs ~0.3 ms
+        interval_s = 1.0 if pss_gate_mib is None else 0.25  # a gated poll is cheap: poll often
         memory = TreeMemory(proc.pid, interval_s=interval_s, pss_gate_mib=pss_gate_mib)
         try:
             code = proc.wait(timeout=timeout_s)

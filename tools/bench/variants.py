@@ -1,5 +1,5 @@
 """Benchmarks that train one config several ways, one run after the other: each variant in a
-fresh process tree (`tools/bench/lora.py`'s `run_one`), a failed or timed-out run recorded
+fresh process tree (`tools/bench/training_run.py`'s `run_one`), a failed or timed-out run recorded
 with its error while the others still run, and the report written with the machine's load.
 Used by tools/bench/lora.py, packing.py and async.py."""
 
@@ -11,6 +11,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from tools.bench import training_run
 
 
 def run_variants(
@@ -25,11 +27,9 @@ def run_variants(
     pss_gate_mib: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each variant's overrides on top of `config` for `steps` steps; per variant its
-    `run_one` result plus `measure(out_dir)`, or {"error": ...}. `describe` prints a run's
-    progress line (default: `run_line`); `pss_gate_mib`: `run_tree`'s gated memory
+    `training_run.run_one` result plus `measure(out_dir)`, or {"error": ...}. `describe` prints a run's
+    progress line (default: `training_run.run_line`); `pss_gate_mib`: `run_tree`'s gated memory
     reading, for runs whose time a PSS poll would disturb."""
-    from tools.bench.lora import common_overrides, run_line, run_one
-
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix=f"mindrl-{bench}-") as tmp:
         work = work_dir or Path(tmp)
@@ -38,10 +38,10 @@ def run_variants(
             print(f"{bench}: running {name} ({steps} steps) ...", flush=True)
             out_dir = work / name
             try:
-                res = run_one(
+                res = training_run.run_one(
                     name,
                     config,
-                    common_overrides(steps, out_dir) + overrides,
+                    training_run.common_overrides(steps, out_dir) + overrides,
                     out_dir,
                     timeout_s,
                     pss_gate_mib=pss_gate_mib,
@@ -52,7 +52,7 @@ def run_variants(
                 continue
             if measure is not None:
                 res.update(measure(out_dir))
-            print(f"  {name}: {(describe or run_line)(res)}", flush=True)
+            print(f"  {name}: {(describe or training_run.run_line)(res)}", flush=True)
             results[name] = res
     return results
 

@@ -1,0 +1,1 @@
+"""Tools that build the user guide (MkDocs site from docs/)."""
