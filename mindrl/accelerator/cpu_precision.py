@@ -1,9 +1,8 @@
 """Which precision is fast on this CPU, for the CPU configs (`${cpu_precision:...}`).
 
-bf16 pays on a CPU only where its bf16 matmuls beat fp32: Xeons with AMX ran a 2048^2 bf16
-matmul at 3-6x the fp32 rate and the SmolLM2 step 1.5-2.5x faster in bf16; on AVX2-only
-hosts bf16 ran at about half the fp32 rate and every bf16 run was slower; on a Xeon that
-shows avx512_bf16 without AMX, bf16 ran at ~0.6x fp32 and the SmolLM2 step 1.25x slower.
+bf16 pays on a CPU only where its bf16 matmuls beat fp32: with AMX they do by a wide
+margin, on AVX2-only hosts they do not, and on a CPU that shows avx512_bf16 without AMX it
+depends on the CPU: there a bf16 run can be slower than an fp32 one (docs/benchmarks.md).
 The flags alone do not tell, so where they allow bf16 (amx_bf16 / avx512_bf16) the rates are
 measured once per machine (`matmul_probe.py`) and bf16 is taken only at >= BF16_MIN_SPEEDUP
 of fp32. The CPU configs then train in megatron's bf16 mixed precision and roll out in bf16,

@@ -83,10 +83,9 @@ class Accelerator:
 
         On CPU the tensors are host memory: glibc serves every allocation above its mmap
         threshold (at most 32 MB) with a fresh mmap and unmaps it on free, so each training
-        step re-faults gigabytes of zeroed pages (measured: 1.5-2 M minor faults, 9-15 s of
-        system time per SmolLM2 update). Keeping freed memory in the heap and backing torch's
-        large allocations with transparent huge pages removes that (27 s instead of 32-36 s).
-        Values already in the environment win.
+        step re-faults gigabytes of zeroed pages, a large share of an update spent as system
+        time. Keeping freed memory in the heap and backing torch's large allocations with
+        transparent huge pages removes that. Values already in the environment win.
         """
         if not self.is_cpu:
             return {}

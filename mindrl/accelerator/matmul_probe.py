@@ -1,11 +1,11 @@
 """This CPU's fp32 and bf16 matmul rates, measured once per machine and kept on disk.
 
-Why measured: the bf16 flags do not say bf16 is fast. On a Xeon (family 6 model 207) whose
-hypervisor shows avx512_bf16 but not AMX, oneDNN's bf16 matmul ran at ~0.6x the fp32 rate
-(147 against 246 GFLOP/s at 2048^2), while Xeons with AMX ran bf16 at 3-6x fp32. So where the
-flags allow bf16, `cpu_precision` asks this probe. It runs in a child process (the driver and
-the dry run resolve configs without importing torch) and its answer is cached per machine:
-CPU model, flags, core count and torch version (`~/.cache/mindrl/`, `$MINDRL_CACHE_DIR`).
+Why measured: the bf16 flags do not say bf16 is fast. Where a hypervisor shows avx512_bf16
+but not AMX, oneDNN's bf16 matmul can run below the fp32 rate, while with AMX it runs well
+above it. So where the flags allow bf16, `cpu_precision` asks this probe. It runs in a child
+process (the driver and the dry run resolve configs without importing torch) and its answer is
+cached per machine: CPU model, flags, core count and torch version (`~/.cache/mindrl/`,
+`$MINDRL_CACHE_DIR`).
 
 `python -m mindrl.accelerator.matmul_probe` prints the measurement as JSON.
 """
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-PROBE_SIZE = 1024  # square matmul: big enough for the blocked kernels, ~10 ms per call
+PROBE_SIZE = 1024  # square matmul: big enough for the blocked kernels, small enough to repeat
 PROBE_CALLS = 4  # per timing; the best of PROBE_ROUNDS interleaved timings counts
 PROBE_ROUNDS = 3
 PROBE_TIMEOUT_S = 120.0  # torch's import dominates; a stuck child must not stall the config

@@ -59,9 +59,9 @@ class RuntimeConfig:
         256,
         ge=0,
         help="cpu: a pass that leaves less free heap than this keeps it for the next pass "
-        "(faulting freed pages back in costs ~0.6 ms per MiB on a 2-core EPYC, 70 ms of a "
-        "0.44 s tiny step; holding it costs at most this much per process); 0: always give "
-        "it back. npu / cuda: no effect (empty_cache is cheap there)",
+        "(faulting freed pages back in costs time in every pass, a visible share of a short "
+        "step; holding it costs at most this much per process); 0: always give it back. "
+        "npu / cuda: no effect (empty_cache is cheap there)",
     )
     device_memory_gb: float | None = spec(
         None,

@@ -2,7 +2,7 @@
 
 The driver only decodes responses for the verifiers and reads the pad id. Importing
 `AutoTokenizer` pulls in transformers' modelling machinery (its masking utilities import
-torch._dynamo, inductor and sympy: ~150 MiB resident in a process that never runs a model).
+torch._dynamo, inductor and sympy: resident memory in a process that never runs a model).
 Which class `AutoTokenizer` picks depends on config.json, tokenizer_config.json and
 transformers' own tables; rather than re-deriving that choice, a short-lived child process
 asks `AutoTokenizer` and names the class, and the driver loads that class itself the way

@@ -3,13 +3,13 @@
 The policy loss needs one number per scored token (its log-prob, and its entropy), but the
 plain path holds the scored tokens' logits over the whole vocabulary several times over for
 the backward pass: the output layer's result, the log-softmax saved by autograd, their
-gradients (SmolLM2, 512 scored tokens x 49k vocabulary: 100 MB each, ~0.8 GB in all). Here
+gradients (SmolLM2, 512 scored tokens x 49k vocabulary: 100 MB each in fp32). Here
 the logits of `chunk` tokens exist at a time: the forward keeps each token's log-sum-exp,
 and the probabilities once, in one buffer (`KEPT_PROBS_BYTES`), where they are small
 enough, else the backward recomputes a chunk's logits (one extra output-layer matmul). The
 gradient goes into the hidden states' a chunk at a time and into the weight's (megatron's
 `main_grad` where DDP wraps the weight, at fp32 and bf16) with one GEMM over all the kept
-tokens (12 GEMMs of 170 tokens took ~2.4x as long at bf16 as one of 900).
+tokens: many short GEMMs keep the bf16 kernels far from their rate.
 
 Same numbers as `log_probs_and_entropy` over `hidden @ weight.T` (fp32 softmax over logits in
 the weight's dtype), for one tensor-parallel rank holding the whole vocabulary; vocabulary
@@ -26,15 +26,15 @@ if TYPE_CHECKING:
 
 CHUNK_BYTES = 32 << 20  # fp32 logits of one chunk of tokens
 # A call's fp32 probabilities up to this size are kept from the forward for the backward
-# (SmolLM2's update micro-batch: ~140 MB), which then recomputes no logits (one output-layer
-# GEMM per chunk; the e2e update 26.8 -> 26.2 s); larger calls recompute them chunk by chunk.
+# (SmolLM2's update micro-batch fits), which then recomputes no logits (saving one
+# output-layer GEMM per chunk); larger calls recompute them chunk by chunk.
 KEPT_PROBS_BYTES = 256 << 20
 
 
-# fp32 on CPU: the logits GEMM a block of vocabulary rows at a time. One [170 tokens, 49k]
-# GEMM ran at 52-60 GFLOP/s on a Zen 3 EPYC (AVX2) where 1024-row blocks ran at 74-77 (the
-# GEMMs of the backward, with the vocabulary as their inner or outer dimension, at 90-100
-# either way): SmolLM2's reference pass 1.34 -> 1.08 s per 1024 scored tokens. 0: one GEMM.
+# fp32 on CPU: the logits GEMM a block of vocabulary rows at a time. One GEMM with the whole
+# vocabulary as its output width runs well below the CPU's matmul rate, blocks of vocabulary
+# rows run near it (the backward's GEMMs, with the vocabulary as their inner or outer
+# dimension, run near it either way). 0: one GEMM.
 VOCAB_BLOCK_ROWS = 1024
 
 
@@ -234,7 +234,7 @@ MIXED_ADD_ROWS = 4096  # rows of a [vocabulary, hidden] gradient converted at a 
 def add_mixed_(dst: torch.Tensor, src: torch.Tensor) -> None:
     """`dst += src` for a bf16 `src` into an fp32 `dst`, a block of rows at a time: torch
     converts the whole of `src` to a fresh fp32 temporary first (113 MB for SmolLM2's head,
-    ~70 ms of page faults on CPU); in blocks the temporary is small and reused."""
+    each page of it faulted in anew); in blocks the temporary is small and reused."""
     for i in range(0, dst.shape[0], MIXED_ADD_ROWS):
         dst[i : i + MIXED_ADD_ROWS].add_(src[i : i + MIXED_ADD_ROWS])
 
@@ -252,8 +252,8 @@ def _lse_and_entropy(
     total = e.sum(-1)
     ent = None
     if entropy:
-        # H = log(sum e) - sum(e * shifted) / sum(e); closer to an fp64 reference than
-        # lse - sum(p * x) (8e-7 against 1.2e-5 at 49k logits of scale 3), and ~6x faster
+        # H = log(sum e) - sum(e * shifted) / sum(e): closer to an fp64 reference than
+        # lse - sum(p * x), and it reuses the exponentials instead of making p and p * x
         ent = total.log() - shifted.mul_(e).sum(-1) / total
     probs = e.div_(total[:, None]) if keep_probs else None
     return top[:, 0] + total.log(), ent, probs

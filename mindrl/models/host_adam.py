@@ -7,7 +7,7 @@ steps with torch's Adam, whose fused CPU kernel wants moments in the parameters'
 `LowPrecisionMomentsAdam` stores them in bf16 and widens a bounded chunk at a time into an
 fp32 workspace for torch's fused kernel, then rounds them back (round to nearest, as TE
 does): the same update as fp32 Adam whose moments are rounded to bf16 after each step, for
-half the moments' memory (SmolLM2-135M: 1.08 -> 0.54 GB).
+half the moments' memory (4 bytes per parameter instead of 8).
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ def fuse_host_adam(optimizer: Any) -> int:
 
     Without apex / TE (every CPU run) megatron steps with `torch.optim.AdamW` at its defaults,
     which on CPU is the per-tensor loop: ~10 passes over every parameter-sized tensor. The fused
-    kernel makes one (SmolLM2-135M fp32 on 2 cores: 460 ms -> 49 ms a step; the two differ
-    by rounding only, ~1 ulp). A group on another device keeps what megatron chose. Called after
-    a checkpoint's optimizer state is loaded too: torch restores the saved group options (and
-    casts loaded moments to the parameters' dtype, which `LowPrecisionMomentsAdam` undoes)."""
+    kernel makes one (the two differ by rounding only). A group on another device keeps what
+    megatron chose. Called after a checkpoint's optimizer state is loaded too: torch restores
+    the saved group options (and casts loaded moments to the parameters' dtype, which
+    `LowPrecisionMomentsAdam` undoes)."""
     switched = 0
     for _, inner in _inner_adams(optimizer):
         for group in inner.param_groups:

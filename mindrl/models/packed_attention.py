@@ -96,10 +96,11 @@ class SegmentedDotProductAttention(DotProductAttention):
     def _fused_padded(self, query: Any, key: Any, value: Any, attention_mask: Any) -> Any:
         """megatron's attention over a padded [s, b, heads, dim] batch in one fused call
         (`scaled_dot_product_attention`): megatron's unfused path materialises and saves the
-        [b, heads, s, s] scores and probabilities, ~6x slower on CPU and the largest part of
-        an update's activations at a few hundred tokens. A query whose keys are all masked (a
-        left-padding position) attends to itself only, so no row is empty (an empty row
-        gives NaN, which a zero weight would not stop); real tokens never see those rows."""
+        [b, heads, s, s] scores and probabilities, several passes over them on CPU and the
+        largest part of an update's activations at a few hundred tokens. A query whose keys
+        are all masked (a left-padding position) attends to itself only, so no row is empty
+        (an empty row gives NaN, which a zero weight would not stop); real tokens never see
+        those rows."""
 
         # [b, heads, s, dim]; grouped-query key / value heads as they are
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))

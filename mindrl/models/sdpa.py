@@ -1,22 +1,19 @@
 """torch's fused attention (`scaled_dot_product_attention`), with a faster backward for bf16 on
 CPU.
 
-On CPU, torch's flash-attention backward runs ~2x slower at bf16 than at fp32, while its
-forward is as fast (torch 2.13, Xeon with AMX, SmolLM2's shapes [16 rows, 9 heads, 64
-queries, 111 keys]: backward 19-24 ms at bf16, 9-11 ms at fp32; forward 3.5-4.2 / 2.7-3.9 ms).
-So a differentiated bf16 call on CPU runs torch's bf16 forward kernel and keeps what that
-kernel keeps (bf16 query, key, value, output and mask, fp32 log-sum-exp: the activations the
-memory plan counts), and its backward casts them to fp32 for the duration of one call to
-torch's fp32 backward kernel (fwd + bwd 20-28 -> 10-16 ms). Both kernels accumulate the
-softmax in fp32, so the gradients differ from torch's own bf16 backward by bf16 rounding.
+On CPU, torch's flash-attention backward is slower at bf16 than at fp32, while its forward
+is not. So a differentiated bf16 call on CPU runs torch's bf16 forward kernel and keeps what
+that kernel keeps (bf16 query, key, value, output and mask, fp32 log-sum-exp: the activations
+the memory plan counts), and its backward casts them to fp32 for the duration of one call to
+torch's fp32 backward kernel. Both kernels accumulate the softmax in fp32, so the gradients
+differ from torch's own bf16 backward by bf16 rounding.
 Every other call (fp32, CUDA, NPU, no gradient, dropout) is torch's as is.
 
 Grouped-query attention (fewer key / value heads than query heads) goes to torch's CPU
 kernels as it is: they read each key / value head for its group of query heads, forward and
 backward, where repeating the heads first costs the copies and, in the backward, a strided sum
-over each group (SmolLM2, [16 rows, 9 query / 3 kv heads, 64 queries, 113 keys], bf16 forward
-+ backward: 21-23 -> 13-14 ms; same outputs, gradients within fp32 rounding). Other devices
-get the heads repeated, as before.
+over each group (same outputs, gradients within fp32 rounding). Other devices get the heads
+repeated, as before.
 """
 
 from __future__ import annotations

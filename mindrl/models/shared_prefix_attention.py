@@ -2,8 +2,8 @@
 
 A block holds a prompt once, then the responses of the rows that share it. Laid out as one
 causal sequence per block, attention would cost (prompt + n responses)^2 per block, ~5x what
-the rows need when 8 responses of 64 tokens share a 50-token prompt (SmolLM2's GRPO step:
-4.7 s of a 51 s step went to masked-out scores). Here attention runs as two batched calls:
+the rows need when 8 responses of 64 tokens share a 50-token prompt, the excess all spent
+on scores the mask discards. Here attention runs as two batched calls:
 - each block's prompt, causal over itself: [blocks, prompt, prompt];
 - each response, over its block's prompt and its own earlier tokens: [responses, response,
   prompt + response], the prompt's keys / values gathered once per response.

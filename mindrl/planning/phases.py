@@ -13,9 +13,8 @@ gone while training runs.
 On CPU every rank is a process on the one host. The workers keep freed memory in their heap
 within a pass (`Accelerator.worker_env`: glibc does not trim by itself) and give it back when
 a pass ends (`runtime.release_memory_after_pass`), so the host holds what every process keeps
-between passes, the interpreter, torch and megatron-core each imports (`PROCESS_GIB`,
-measured on torch 2.13), and the largest pass (`host_total`); without the release, the sum of
-every process's peak.
+between passes, the interpreter, torch and megatron-core each imports (`PROCESS_GIB`), and
+the largest pass (`host_total`); without the release, the sum of every process's peak.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def default_num_workers() -> int:
     """Workers for `verifier_parallel: 0`: one per usable CPU, within [2, 16].
 
     At least 2 so one hung call never blocks every other call; at most 16 because rule
-    verifiers are short CPU-bound checks and each worker holds its own ~70 MB of imports.
+    verifiers are short CPU-bound checks and each worker holds its own copy of the imports.
     """
     try:
         cpus = len(os.sched_getaffinity(0))

@@ -28,7 +28,8 @@ class WorkerLimits:
     """What a worker enforces on every call.
 
     memory_mb: cap on the worker's data segment (heap and private mappings, RLIMIT_DATA),
-    counted from zero, so it includes the ~70 MB a loaded worker already holds; 0 = none.
+    counted from zero, so it includes what a loaded worker's imports already hold (hence
+    `config.rl.MIN_VERIFIER_MEMORY_MB`); 0 = none.
     reward_bound: values with |v| above it are invalid (a 1e30 would swamp every advantage).
     The defaults are `rl_config.verifier_memory_mb` / `verifier_reward_bound`'s.
     """

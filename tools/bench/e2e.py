@@ -14,7 +14,8 @@ Runs, one after the other in this invocation, each in its own process tree:
   with --bf16 also mindrl_bf16 (bf16 weights and vLLM, megatron's mixed-precision optimizer
   with fp32 master weights), trl_bf16 (bf16 weights and Adam state: cheaper, less precise) and
   trl_bf16_mixed (fp32 weights, bf16 autocast: megatron's arithmetic). The report names the
-  fastest mindrl run measured (on a CPU without AMX bf16 matmul is slower than fp32).
+  fastest mindrl run measured (which precision is faster depends on the CPU's bf16 matmul
+  hardware).
 
 Per run: wall seconds per step, tokens per step (prompt + response tokens of the step's
 samples), the step's mean reward, the time split by phase, and the peak memory (summed PSS)

@@ -1,9 +1,9 @@
 """Which machine a benchmark ran on, written into every report.
 
-The README quotes each number with its CPU, and the hosts here differ in what decides the
-results: AVX2 only, AVX-512 with avx512_bf16 but no AMX (bf16 slower than fp32), or AMX (bf16
-3-6x fp32). A report that records the CPU's model and these flags says which host it came from
-without a separate `lscpu`.
+docs/benchmarks.md gives each number with its host type, and the hosts differ in what decides
+the results: AVX2 only, AVX-512 with avx512_bf16 but no AMX (bf16 may be slower than fp32), or
+AMX (bf16 well above fp32). A report that records the CPU's model and these flags says
+which host it came from without a separate `lscpu`.
 """
 
 from __future__ import annotations

@@ -62,8 +62,8 @@ TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"
 # Tokens one RL step generates in the configs that train these models (prompts x samples x
 # max_tokens): grpo_smollm2_cpu 8 x 8 x 64, grpo_lora_tiny_cpu 8 x 8 x 16.
 STEP_TOKENS = {"smollm2": 8 * 8 * 64, "tiny": 8 * 8 * 16}
-# Measured rounds per model when --rounds is not given: a tiny batch takes about a second, so
-# the noise of a shared machine needs more of them.
+# Measured rounds per model when --rounds is not given: a tiny batch is short, so the noise
+# of a shared machine needs more of them.
 ROUNDS = {"smollm2": 5, "tiny": 15}
 PEFT_PREFIX = "base_model.model."
 

@@ -96,10 +96,10 @@ def measure(
     run: Any, rows: list[dict[str, Any]], before_gflops: float | None = None
 ) -> dict[str, Any]:
     """`roofline` at the matmul rate of the run's training dtype measured now, averaged with
-    `before_gflops` (the same rate measured just before the run) where given: this host's
-    speed drifts over minutes (540-990 GFLOP/s at bf16 within an hour), and one sample after
-    a run of several minutes can land on either side of the speed the run had. Both samples
-    are reported (`matmul_gflops_samples`), so their spread shows."""
+    `before_gflops` (the same rate measured just before the run) where given: a cloud
+    host's speed drifts over minutes, and one sample after a run of several minutes can land
+    on either side of the speed the run had. Both samples are reported
+    (`matmul_gflops_samples`), so their spread shows."""
     dtype = "bf16" if run.actor.precision.bf16 else "fp32"
     samples = [*([before_gflops] if before_gflops is not None else []), matmul_gflops(dtype)]
     table = roofline(run, rows, sum(samples) / len(samples))

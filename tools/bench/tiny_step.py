@@ -11,24 +11,24 @@ fresh process tree, same seed and data:
   lean     packed micro-batches by token budget, each prompt once per micro-batch for its
            samples, the old policy's log-probs made by the update (its first mini-batch
            takes its own), the reference as a weight snapshot in the actor's process, vLLM's
-           compiled mode (~8 s more start-up, ~0.01 s less per rollout) (`LEAN`)
+           compiled mode (a longer start-up for a cheaper rollout) (`LEAN`)
 
 The tiny model's arithmetic is a few GFLOP a step, so its step time is fixed cost: engine
 steps, per-operator work, Ray calls, the driver. Per run: the median over steps
 warmup+1..N of `timing/step`, of each phase, and of the wall time between two steps'
 metric rows (which adds the driver's logging after a step); peak summed PSS (read only when the
 tree's private resident memory has grown by 16 MiB: a PSS reading every second, the other
-benches' way, makes this step ~12% slower, since the kernel walks each process's page tables
+benches' way, slows this short step visibly, since the kernel walks each process's page tables
 under its memory map lock; `--pss-every-second` for that way); the score at
 the first and last step (both runs must learn the task alike). The lean run is also given
 as a ratio to the shipped one measured in the same invocation, and the host's fp32 matmul
 rate is measured before and after the runs (the step follows the host's speed, which swings
-~2x between hosts and days). `--hf-rollout` adds a third run, the lean one with mindrl's HF
+between hosts and days). `--hf-rollout` adds a third run, the lean one with mindrl's HF
 decode loop as the rollout backend (`LEAN_HF`): for a toy model vLLM's per-step cost is above
 a plain loop's; it is reported beside the two, the verdict stays theirs. `--repeats R` runs
 the variants R times in rounds (shipped, lean, ... then again), so a swing of the host falls
 on every variant alike; each variant then reports the median over its rounds and their range
-(one run's median moves by 0.1 s between runs minutes apart on a 2-core VM). `--profile`
+(one run's median moves between runs minutes apart on a small VM). `--profile`
 adds one lean run whose last step mindrl's profiler captures (`profiler_config.integrated`):
 per stage call its wall time, the time in torch operators, the work between them and the
 operators with the most self time (`tools/bench/trace_summary.py`; JSON `profile`). Writes
@@ -150,8 +150,8 @@ def summary_line(
     results: dict[str, dict[str, Any]], host_gflops: tuple[float, float] | None = None
 ) -> str:
     """The last line; `host_gflops`: the fp32 matmul rate before and after the runs, so a
-    step time can be read against the host's speed that day (it swings ~2x between hosts
-    and hours, and the tiny step follows it)."""
+    step time can be read against the host's speed that day (it swings between hosts and
+    hours, and the tiny step follows it)."""
     shipped, lean = (results[n]["median_step_s"] for n in ("shipped", "lean"))
     best = min(shipped, lean)
     verdict = "ok" if best <= TARGET_S else "below"
