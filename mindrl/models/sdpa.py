@@ -17,6 +17,10 @@ backward, where repeating the heads first costs the copies and, in the backward,
 over each group (SmolLM2, [16 rows, 9 query / 3 kv heads, 64 queries, 113 keys], bf16 forward
 + backward: 21-23 -> 13-14 ms; same outputs, gradients within fp32 rounding). Other devices
 get the heads repeated, as before.
+
+The packed and shared-prompt attentions also gather each layer's queries, keys, values and
+outputs by token index, several times per layer and micro-batch, so the gather's backward
+matters as much as the kernel's: `gather_rows` is that gather.
 """
 
 from __future__ import annotations
@@ -128,3 +132,15 @@ def _query_heads_per_kv_head(query: Any, key: Any, value: Any) -> int:
             "and value heads must be equal and divide the query heads"
         )
     return heads // kv_heads
+
+
+def gather_rows(t: Any, index: Any) -> Any:
+    """`t[index]` for an integer `index` of any shape into `t`'s first dimension, as one
+    `index_select`. Advanced indexing (`t[index]`) is differentiated by an accumulating
+    `index_put` into a fresh zeroed tensor, which runs serially on CPU; `index_select`'s
+    backward adds the gradient rows with `index_add` (summing a row gathered several times,
+    as a prompt's keys are), which does not, and its bf16 sums stay closer to an fp64
+    reference when rows repeat."""
+    import torch
+
+    return torch.index_select(t, 0, index.reshape(-1)).view(*index.shape, *t.shape[1:])
