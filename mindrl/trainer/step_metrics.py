@@ -2,10 +2,10 @@
 train/rollout log-prob mismatch, and how much of the reference and old-policy passes' input
 is padding.
 
-Those passes return log-probs only, so the driver plans their micro-batches the way the
-workers do (`mindrl.data.packing`, per data-parallel chunk, every rank running as many
-micro-batches as the rank that needs most) and counts the tokens fed; the update measures
-its own (`perf/padding_fraction_actor_update`).
+The reference and old-policy passes return log-probs only, so for their padding the driver
+plans their micro-batches the way the workers do (`mindrl.data.packing`, per data-parallel
+chunk, every rank running as many micro-batches as the rank that needs most) and counts the
+tokens fed; the update measures its own (`perf/padding_fraction_actor_update`).
 """
 
 from __future__ import annotations
