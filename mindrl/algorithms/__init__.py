@@ -43,23 +43,26 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "overlong_filter",
         "truncated_responses",
     ),
-    "kl": ("kl_penalty",),
-    "kl_control": (
+    "kl": (
         "AdaptiveKLController",
         "FixedKLController",
         "KLControlConfig",
         "KLPenalizedRewards",
         "kl_penalized_rewards",
+        "kl_penalty",
         "make_kl_controller",
     ),
     "logprobs": ("entropy_from_logits", "log_probs_from_logits"),
     "loss": ("grpo_loss",),
     "loss_config": ("GRPOLossConfig",),
-    "ratios": ("ClippedTokens",),
     "policy_loss": (
+        "ClippedTokens",
         "PolicyLoss",
         "compute_policy_loss",
+        "gspo_token_losses",
         "ppo_clip_token_losses",
+        "sequence_clipfrac",
+        "sequence_log_ratio",
     ),
     "returns": (
         "discounted_returns",
@@ -67,7 +70,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "outcome_token_rewards",
         "reinforce_plus_plus_advantages",
     ),
-    "gspo": ("gspo_token_losses", "sequence_clipfrac", "sequence_log_ratio"),
     "tis": ("rollout_mismatch_metrics", "tis_weights"),
 }
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -1,4 +1,4 @@
-"""HF folder I/O: lazy safetensors reading, sharded safetensors writing, asset copying.
+"""HF folder I/O: what an HF folder is, lazy safetensors reading, sharded safetensors writing, asset copying.
 
 Reading is lazy (`safe_open` memory-maps each file; `read(name, dim, start, stop)` materialises
 only the requested rows or columns), so a TP rank reads only its slice. Writing streams each tensor
@@ -279,6 +279,13 @@ class HFShardWriter:
             (self.dir / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
             files.append(INDEX_FILE)
         return files
+
+
+def is_hf_folder(path: str | Path) -> bool:
+    """An HF model folder: a config.json beside safetensors weights (decides online HF
+    conversion vs a megatron load)."""
+    path = Path(path)
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
 
 
 def is_weight_file(path: Path) -> bool:

@@ -18,6 +18,10 @@ megatron -> HF reads whole layers, up to 256 MB per partial `dist_checkpointing.
 streams each HF tensor to its planned place in its output shard: peak is about one such group
 (one layer of a large model), not the model. Run it in its own process (the CLI does): it
 sets up a CPU/gloo world of one and megatron's CPU shims.
+
+An HF checkpoint handed to the converter decides its own family: its config.json's
+architecture wins over the converter's flags (`reconcile_hf_flags`, with a notice), and
+every tensor must be covered by the family's mapping table (`check_hf_coverage`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,6 @@ from mindrl.accelerator.device import peak_rss_bytes
 from mindrl.checkpoint.atomic import atomic_directory, check_new_target
 from mindrl.checkpoint.dist_files import check_dist_checkpoint_files
 from mindrl.checkpoint.errors import ConversionError
-from mindrl.checkpoint.hf_inputs import check_hf_coverage, reconcile_hf_flags
 from mindrl.checkpoint.hf_io import (
     DEFAULT_MAX_SHARD_BYTES,
     HFCheckpointReader,
@@ -47,7 +50,9 @@ from mindrl.checkpoint.hf_io import (
     write_hf_config,
 )
 from mindrl.checkpoint.mapping import (
+    IGNORED_HF_SUFFIXES,
     bound_rules,
+    expected_hf_tensors,
     hf_output_plan,
 )
 from mindrl.checkpoint.mcore_io import (
@@ -63,7 +68,7 @@ from mindrl.checkpoint.transforms import hf_to_mcore_pieces, mcore_to_hf
 from mindrl.config.model_arch import ModelArchConfig
 from mindrl.models.dtypes import dtype_short_name, torch_dtype
 from mindrl.models.gpt import validate_parallel_layout
-from mindrl.models.hf_arch import hf_config_from_arch, read_hf_config
+from mindrl.models.hf_arch import arch_from_hf_config, hf_config_from_arch, read_hf_config
 
 logger = logging.getLogger(__name__)
 
@@ -181,6 +186,57 @@ def _open_checkpoint(load_dir: str | Path, save_dir: Path) -> tuple[Path, McoreC
     info = read_checkpoint_info(iter_dir)
     check_dist_checkpoint_files(iter_dir)
     return iter_dir, info
+
+
+def check_hf_coverage(reader: HFCheckpointReader, arch: ModelArchConfig) -> None:
+    """Every HF tensor is used by the mapping, and every mapped HF tensor is present."""
+    expected = expected_hf_tensors(arch)
+    names = set(reader.names())
+    for name in expected:
+        if name not in names:
+            raise ConversionError(f"tensor {name} is missing from the HF checkpoint {reader.dir}")
+    for name in sorted(names - set(expected)):
+        if name.endswith(IGNORED_HF_SUFFIXES):
+            continue
+        if name == "lm_head.weight" and arch.tie_word_embeddings:
+            continue  # a tied checkpoint that also stored the (identical) output layer
+        raise ConversionError(
+            f"HF tensor {name} is not covered by the {arch.family} mapping "
+            f"(model_type_hf={arch.model_type_hf}, add_qkv_bias={arch.add_qkv_bias})"
+        )
+
+
+def reconcile_hf_flags(
+    hf_dir: str | Path, *, model_type_hf: str | None = None, add_qkv_bias: bool | None = None
+) -> tuple[ModelArchConfig, tuple[str, ...]]:
+    """The HF checkpoint's arch, and one notice per converter flag it overrides.
+
+    The checkpoint's config.json decides the family (the weights are what they are): a
+    `--model-type-hf` of another family or an `--add-qkv-bias` that disagrees is overridden
+    with a notice, not an error; the tensor coverage check still verifies every weight.
+    MindSpeed-RL's spelling for Qwen2.5, `--model-type-hf llama2 --add-qkv-bias`, gets one.
+    """
+    from mindrl.families import registry
+
+    arch = arch_from_hf_config(hf_dir)
+    notices = []
+    says = f"the checkpoint's config.json says {arch.family}"
+    if model_type_hf is not None:
+        family = registry.family_of_variant(model_type_hf)
+        if family is None and registry.alias_family(model_type_hf) is None:
+            known = registry.known_spellings()
+            raise ConversionError(
+                f"--model-type-hf {model_type_hf} is not a model family ({', '.join(known)})"
+            )
+        if family == arch.family:
+            arch = dataclasses.replace(arch, model_type_hf=model_type_hf)
+        else:
+            notices.append(f"--model-type-hf {model_type_hf}: {says}; converting as {arch.family}")
+    if add_qkv_bias is not None and add_qkv_bias != arch.add_qkv_bias:
+        flag = "--add-qkv-bias" if add_qkv_bias else "add_qkv_bias=False"
+        kind = "with" if arch.add_qkv_bias else "without"
+        notices.append(f"{flag}: {says}; converting {kind} q/k/v biases")
+    return arch, tuple(notices)
 
 
 def convert_hf_to_mcore(

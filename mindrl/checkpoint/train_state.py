@@ -5,6 +5,11 @@ Layout inside an iteration folder::
 
     model/                 dist_checkpointing folder (+ mindrl_checkpoint.json), all ranks
     optim/rank_00003.pt    per-rank optimizer / scheduler / counters / RNG
+    lora_base.json         adapter-only checkpoints (`lora_ckpt_filter`): the base's folder
+
+An adapter-only checkpoint names the folder the frozen base was loaded from (an HF folder or a
+megatron checkpoint), so a resume, whose `load` is the save folder, finds the base again; a
+resumed run passes the same name on.
 
 Checkpoints are data someone else may have written: the per-rank file is read with
 `torch.load(weights_only=True)` (tensors, numbers, strings and containers only; RNG states
@@ -13,17 +18,20 @@ as JSON-ready values), so a crafted file fails to load instead of running code.
 
 from __future__ import annotations
 
+import json
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mindrl.checkpoint.atomic import atomic_write_text
 from mindrl.checkpoint.errors import CheckpointReadError
 from mindrl.checkpoint.rng_state import RngState
 
 OPTIM_DIR = "optim"
 MODEL_DIR = "model"
 RANK_STATE_FORMAT = 1
+LORA_BASE_FILE = "lora_base.json"
 
 
 def rank_state_path(iter_dir: str | Path, rank: int) -> Path:
@@ -143,3 +151,25 @@ def save_model_shards(
     dist_checkpointing.save(request, str(model_dir))
     if dist.get_rank() == 0:
         (model_dir / META_FILE).write_text(info.to_json())
+
+
+def write_lora_base(iter_dir: str | Path, base_dir: str | None) -> None:
+    if base_dir is None:
+        raise ValueError("an adapter-only checkpoint needs the base's folder (actor_config.load)")
+    atomic_write_text(Path(iter_dir) / LORA_BASE_FILE, json.dumps({"base": base_dir}) + "\n")
+
+
+def read_lora_base(iter_dir: str | Path) -> str:
+    """The base folder recorded by the saving run; it must still exist."""
+    path = Path(iter_dir) / LORA_BASE_FILE
+    try:
+        base = json.loads(path.read_text())["base"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointReadError(
+            path, f"unreadable ({exc}): an adapter-only checkpoint (lora_ckpt_filter) needs it"
+        ) from exc
+    if not isinstance(base, str) or not Path(base).exists():
+        raise CheckpointReadError(
+            path, f"the LoRA base {base!r} it names is gone; the adapters need that base"
+        )
+    return base

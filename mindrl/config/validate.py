@@ -7,22 +7,21 @@ batch sizes against micro batch x DP, verifier names, paths on disk.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from mindrl.algorithms.names import GROUP_ESTIMATORS, RETURN_ESTIMATORS
 from mindrl.config.dapo import DAPO, dapo_problems
 from mindrl.config.errors import ConfigError
-from mindrl.config.fates import warn_once
+from mindrl.config.fates import is_default, warn_once
 from mindrl.config.lora import lora_problems
 from mindrl.config.packing import packing_problems
 from mindrl.config.pipeline import partial_rollout_problems, pipeline_problems
 from mindrl.config.ppo import ppo_problems
-from mindrl.config.reference import reference_in_actor_problems
 from mindrl.config.rl import MIN_VERIFIER_MEMORY_MB, AlgorithmConfig
 from mindrl.config.role import ROLE_NAMES, RoleConfig
 from mindrl.config.rollout_server import server_problems
 from mindrl.config.run import RunConfig
-from mindrl.config.runtime_rules import warn_host_heap_threshold
 from mindrl.config.scale_rules import scale_problems
 from mindrl.config.writable import unwritable_reason
 
@@ -255,6 +254,28 @@ def _validation_problems(run: RunConfig) -> list[str]:
     return []
 
 
+def reference_in_actor_problems(run: RunConfig) -> list[str]:
+    """`reference_in_actor` needs the integrated reference (actor_config's architecture and
+    layout: the snapshot has the actor's shapes); without a reference, or with the LoRA
+    shared backbone (already in the actor), it changes nothing and says so."""
+    res = run.rl.resources
+    if not res.reference_in_actor:
+        return []
+    if not res.use_integrated_worker:
+        return [
+            "rl_config.reference_in_actor: the snapshot has the actor's shapes; it needs "
+            "use_integrated_worker: true (the reference built from actor_config), not ref_config"
+        ]
+    if run.ref is None:
+        why = "there is no reference model"
+    elif run.shares_backbone:
+        why = "share_backbone already holds the reference in the actor"
+    else:
+        return []
+    warn_once("reference_in_actor", f"rl_config.reference_in_actor: no effect here ({why})")
+    return []
+
+
 def _reward_problems(run: RunConfig) -> list[str]:
     rw = run.rl.reward
     out = []
@@ -389,6 +410,19 @@ def _output_problems(run: RunConfig) -> list[str]:
         if reason:
             out.append(f"{ROLE_NAMES[role.role]}.save: {reason}")
     return out
+
+
+def warn_host_heap_threshold(run: RunConfig) -> None:
+    """`runtime.release_memory_min_mb` is about glibc's heap: on npu / cuda a pass's memory is
+    the caching allocator's, given back whole (`release_memory_after_pass`)."""
+    acc = run.runtime.accelerator
+    field = next(f for f in dataclasses.fields(run.runtime) if f.name == "release_memory_min_mb")
+    if acc in ("npu", "cuda") and not is_default(field, run.runtime.release_memory_min_mb):
+        warn_once(
+            "runtime.release_memory_min_mb",
+            f"runtime.release_memory_min_mb has no effect on {acc}: it keeps a small free host "
+            "heap between passes on cpu; a device's cached blocks are always given back",
+        )
 
 
 def cross_field_problems(

@@ -4,6 +4,13 @@ One row per sample (prompt x n). Sequences are laid out as `prompt + response`, 
 to the longest in the batch; every per-token quantity (log-probs, advantages, masks) lives on
 the `[B, S-1]` next-token grid that `forward_only` returns, where column j predicts token j+1.
 The driver owns it; workers receive chunks (split by data-parallel rank) and return tensors.
+
+A batch crosses a Ray call with its CPU tensors as numpy arrays (`to_wire` / `from_wire`):
+torch pickles a tensor through its storage machinery, whose overhead per tensor is large next
+to a batch's small tensors, and the driver sends a batch to its workers twice a step.
+The values, shapes and dtypes come back the same (contiguous, writable); bfloat16 (no numpy
+dtype) travels as int16 bits. Tensors on a device, or of a dtype numpy lacks, pickle as torch
+tensors.
 """
 
 from __future__ import annotations
@@ -11,9 +18,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import torch
 
-from mindrl.data.tensor_wire import from_wire, to_wire
+_BITS = {torch.bfloat16: torch.int16}  # dtypes numpy lacks, sent as same-width integers
+_NUMPY = {
+    torch.float64,
+    torch.float32,
+    torch.float16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+}
 
 
 @dataclass(frozen=True)
@@ -31,8 +50,8 @@ class SampleBatch:
         return int(self.input_ids.shape[0])
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        """Pickled with its CPU tensors as numpy arrays (`tensor_wire`: a Ray call skips
-        torch's storage machinery, which costs far more than the bytes for small tensors)."""
+        """Pickled with its CPU tensors as numpy arrays (`to_wire`): cheaper through a Ray
+        call than torch's own tensor pickling."""
         grids = (
             self.input_ids,
             self.attention_mask,
@@ -201,3 +220,28 @@ def build_sample_batch(
         rollout_lp = torch.tensor(log_probs, dtype=torch.float32).view(bsz, seq - 1)
         batch = batch.with_tensors(rollout_log_probs=rollout_lp)
     return batch
+
+
+def to_wire(tensor: torch.Tensor) -> Any:
+    """A picklable stand-in for `tensor`: (numpy array, torch dtype) for a CPU tensor numpy
+    can hold, else the tensor itself."""
+    if tensor.device.type != "cpu" or tensor.is_sparse:
+        return tensor
+    dtype = tensor.dtype
+    if dtype in _BITS:
+        return tensor.detach().contiguous().view(_BITS[dtype]).numpy(), dtype
+    if dtype in _NUMPY:
+        return tensor.detach().contiguous().numpy(), dtype
+    return tensor
+
+
+def from_wire(value: Any) -> torch.Tensor:
+    """The tensor `to_wire` stood in for."""
+    if isinstance(value, torch.Tensor):
+        return value
+    array, dtype = value
+    array = np.asarray(array)
+    if not array.flags.writeable:  # e.g. a view of Ray's receive buffer: the batch is ours
+        array = array.copy()
+    tensor = torch.from_numpy(array)
+    return tensor.view(dtype) if dtype in _BITS else tensor

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from mindrl.models.segments import segment_positions
+from mindrl.models.packed_attention import segment_positions
 
 
 def install_fused_rope() -> None:

@@ -3,7 +3,9 @@
 Vocab parallel: each TP rank holds logits for a slice of the padded vocabulary. The rows past
 the real vocabulary (padding to a multiple of TP) are set to -inf before megatron's
 vocab-parallel cross entropy (all-reduced max, sum-exp and target logit over the TP group), so
-padding carries no probability. Autograd works through it (the trainer's loss uses it).
+padding carries no probability. Autograd works through it (the trainer's loss uses it). The
+per-token entropy starts from the same local slice (`masked_float_logits`) and all-reduces
+its partial sums over the TP group.
 
 The no-gradient pass through megatron's pipeline schedule that uses these is
 `mindrl.models.forward_pass`.
@@ -18,8 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from mindrl.data.packing import round_up
-from mindrl.models.entropy import entropy_from_log_probs, vocab_parallel_entropy
-from mindrl.models.vocab_slice import masked_float_logits, tp_rank_size
+from mindrl.models.parallel import tp_rank_size
 
 if TYPE_CHECKING:
     import torch
@@ -47,6 +48,63 @@ def causal_attention_mask(
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Positions counted over real tokens (0 at the first one), as HF generation does."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def masked_float_logits(
+    logits: torch.Tensor, vocab_size: int | None, temperature: float
+) -> torch.Tensor:
+    """fp32 copy of the local logits / temperature with padded vocab rows at -inf."""
+    x = logits.float()
+    if temperature != 1.0:
+        x = x / temperature
+    if vocab_size is not None:
+        tp_rank, _ = tp_rank_size()
+        first_pad = vocab_size - tp_rank * logits.shape[-1]
+        if first_pad < logits.shape[-1]:
+            if x is logits:  # copy only when padding rows must be written
+                x = x.clone()
+            x[..., max(first_pad, 0) :] = float("-inf")
+    return x
+
+
+def entropy_from_log_probs(logp: torch.Tensor) -> torch.Tensor:
+    """-sum p log p over the last dim; padded rows (log p = -inf) add 0, not NaN, and so
+    does their gradient (0 * -inf never appears, forward or backward)."""
+    import torch
+
+    finite = torch.where(torch.isinf(logp), torch.zeros_like(logp), logp)
+    return -(logp.exp() * finite).sum(-1)
+
+
+def vocab_parallel_entropy(logits: torch.Tensor, vocab_size: int | None = None) -> torch.Tensor:
+    """H = logsumexp(x) - sum(softmax(x) * x) over the full vocabulary, fp32, differentiable.
+
+    `logits` is this TP rank's [..., V/TP] slice; rows >= vocab_size are padding and excluded.
+    The partial sums are all-reduced over the TP group (identity backward, as megatron's
+    vocab-parallel cross entropy does), so every TP rank returns the same entropy.
+    """
+    import torch
+
+    x = masked_float_logits(logits, vocab_size, 1.0)
+    _, tp_size = tp_rank_size()
+    if tp_size == 1:
+        return entropy_from_log_probs(torch.log_softmax(x, dim=-1))
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region
+
+    with torch.no_grad():
+        local_max = x.max(dim=-1, keepdim=True).values
+        global_max = local_max.clone()
+        dist.all_reduce(
+            global_max, op=dist.ReduceOp.MAX, group=ps.get_tensor_model_parallel_group()
+        )
+    shifted = x - global_max
+    exp = torch.where(torch.isinf(shifted), torch.zeros_like(shifted), shifted.exp())
+    sum_exp = reduce_from_tensor_model_parallel_region(exp.sum(-1))
+    finite = torch.where(torch.isinf(shifted), torch.zeros_like(shifted), shifted)
+    sum_exp_x = reduce_from_tensor_model_parallel_region((exp * finite).sum(-1))
+    return sum_exp.log() - sum_exp_x / sum_exp
 
 
 def vocab_parallel_log_probs(

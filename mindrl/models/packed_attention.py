@@ -10,6 +10,11 @@ batches take torch's fused attention too where nothing megatron-only is asked fo
 (`_fused_ok`), else megatron's `DotProductAttention` unchanged. Rows sharing a prompt
 (`SharedPrefixParams`, `share_prompt_forward`) take `mindrl.models.shared_prefix_attention`:
 each response over its prompt and itself.
+
+`segment_positions` says where each packed token sits (its segment and its position in it):
+the attention lays the segments side by side by these two indices, and the fused rope
+(`models/fused_rope.py`) rotates each token by the angle of its position within its own
+sequence.
 """
 
 from __future__ import annotations
@@ -17,12 +22,21 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 
-from mindrl.models.row_gather import gather_rows
-from mindrl.models.sdpa import scaled_dot_product_attention
-from mindrl.models.segments import segment_positions
+from mindrl.models.sdpa import gather_rows, scaled_dot_product_attention
 from mindrl.models.shared_prefix import SharedPrefixParams
+
+
+def segment_positions(cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(segment, position) of every packed token, both [cu_seqlens[-1]] long, from the
+    segments' bounds `cu_seqlens` ([segments + 1], starting at 0)."""
+    bounds = cu_seqlens.to(torch.long)
+    lengths = bounds[1:] - bounds[:-1]
+    segment = torch.repeat_interleave(torch.arange(lengths.numel(), device=bounds.device), lengths)
+    position = torch.arange(segment.numel(), device=bounds.device) - bounds[segment]
+    return segment, position
 
 
 class SegmentedDotProductAttention(DotProductAttention):
@@ -81,8 +95,6 @@ class SegmentedDotProductAttention(DotProductAttention):
         """Whether the padded batch can take torch's fused attention: a boolean mask, and
         none of what only megatron's unfused path does (bias, softmax offset, query-key
         layer scaling, attention dropout while training, sliding window)."""
-        import torch
-
         return (
             attention_bias is None
             and attention_mask is not None
@@ -119,8 +131,6 @@ def _additive_mask(attention_mask: Any, dtype: Any) -> Any:
     diagonal always allowed. Every layer of a forward gets the same mask object: it is
     converted once and the layers share one tensor (a boolean mask would be converted by
     each attention call and kept by each for the backward pass)."""
-    import torch
-
     if _ADDITIVE and _ADDITIVE[0] is attention_mask and _ADDITIVE[1] == dtype:
         return _ADDITIVE[2]
     seq = attention_mask.shape[-1]
@@ -146,8 +156,6 @@ def segmented_causal_attention(
     The segments are laid side by side as a [segments, longest, heads, dim] batch for one
     fused attention call (a loop over segments costs a kernel launch per sample and layer):
     attention pays for the padding to the longest segment, the linears around it do not."""
-    import torch
-
     bounds = cu_seqlens.to(device=query.device, dtype=torch.long)
     lengths = bounds[1:] - bounds[:-1]
     n, longest = int(lengths.numel()), int(lengths.max())

@@ -195,6 +195,15 @@ def parallel_info(accelerator: str = "auto") -> ParallelInfo:
     )
 
 
+def tp_rank_size() -> tuple[int, int]:
+    """(TP rank, TP size); (0, 1) when megatron's parallel state is not set up (plain tests)."""
+    from megatron.core import parallel_state as ps
+
+    if not ps.model_parallel_is_initialized():
+        return 0, 1
+    return ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size()
+
+
 def destroy_parallel() -> None:
     """Undo `init_parallel`: megatron's groups, and the process group if we created it."""
     import torch.distributed as dist

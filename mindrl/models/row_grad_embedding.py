@@ -3,16 +3,17 @@
 megatron's embedding backward makes a dense [vocabulary, hidden] gradient per micro-batch
 (zero-filled, the looked-up rows scattered in), which megatron's DDP hook then adds into the
 fp32 `main_grad` (under bf16 through a fresh fp32 copy of the whole gradient). A micro-batch
-touches a few hundred of the 49k rows of SmolLM2's vocabulary: on CPU the dense gradient
-costs ~77 ms per micro-batch at bf16 (fill, scatter, conversion, add over 28M elements), the
-rows alone ~1 ms. Here the lookup's gradient is torch's sparse one (`F.embedding(...,
-sparse=True)`): DDP's hook adds it into `main_grad` as it adds a dense one (`add_` of a
-sparse tensor: the rows only, summed where a token repeats), and autograd sums it with the
-tied output layer's dense gradient where that one is made (megatron's own output layer).
+touches a small share of the vocabulary's rows, so nearly all of the work of filling,
+converting and adding the whole matrix goes to rows whose gradient is zero.
+Here the lookup's gradient is torch's sparse one (`F.embedding(..., sparse=True)`): DDP's
+hook adds it into `main_grad` as it adds a dense one (`add_` of a sparse tensor: the rows
+only, summed where a token repeats), and autograd sums it with the tied output layer's dense
+gradient where that one is made (megatron's own output layer).
 
 Only where the gradient goes into DDP's `main_grad` (a bare parameter's sparse gradient
 would reach an optimizer that takes dense ones), with one tensor-parallel rank (no vocabulary
-masking, no reduce-scatter), on CPU where it was measured.
+masking, no reduce-scatter), and on CPU only (`models/gpt.py` applies it there), where the
+dense matrix's fill and add were measured to dominate the embedding's backward.
 """
 
 from __future__ import annotations

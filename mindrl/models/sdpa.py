@@ -14,6 +14,10 @@ kernels as it is: they read each key / value head for its group of query heads, 
 backward, where repeating the heads first costs the copies and, in the backward, a strided sum
 over each group (same outputs, gradients within fp32 rounding). Other devices get the heads
 repeated, as before.
+
+The packed and shared-prompt attentions also gather each layer's queries, keys, values and
+outputs by token index, several times per layer and micro-batch, so the gather's backward
+matters as much as the kernel's: `gather_rows` is that gather.
 """
 
 from __future__ import annotations
@@ -125,3 +129,15 @@ def _query_heads_per_kv_head(query: Any, key: Any, value: Any) -> int:
             "and value heads must be equal and divide the query heads"
         )
     return heads // kv_heads
+
+
+def gather_rows(t: Any, index: Any) -> Any:
+    """`t[index]` for an integer `index` of any shape into `t`'s first dimension, as one
+    `index_select`. Advanced indexing (`t[index]`) is differentiated by an accumulating
+    `index_put` into a fresh zeroed tensor, which runs serially on CPU; `index_select`'s
+    backward adds the gradient rows with `index_add` (summing a row gathered several times,
+    as a prompt's keys are), which does not, and its bf16 sums stay closer to an fp64
+    reference when rows repeat."""
+    import torch
+
+    return torch.index_select(t, 0, index.reshape(-1)).view(*index.shape, *t.shape[1:])

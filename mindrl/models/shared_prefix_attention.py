@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mindrl.models.row_gather import gather_rows
-from mindrl.models.sdpa import scaled_dot_product_attention
+from mindrl.models.sdpa import gather_rows, scaled_dot_product_attention
 
 if TYPE_CHECKING:
     import torch

@@ -111,7 +111,7 @@ class OutputHead:
 def _plain_head(layer: Any) -> bool:
     """An output layer that is one matmul with the whole vocabulary on this rank: no tensor
     parallelism, no bias."""
-    from mindrl.models.vocab_slice import tp_rank_size
+    from mindrl.models.parallel import tp_rank_size
 
     return tp_rank_size()[1] == 1 and getattr(layer, "bias", None) is None
 

@@ -21,13 +21,31 @@ from __future__ import annotations
 
 import re
 
-from mindrl.rewards.math_eval_units import UNIT_PATTERNS
 from mindrl.rewards.number_words import words_to_number
 
 _MINERVA_OPEN, _MINERVA_CLOSE = "final answer is $", "$. I hope"
 _LAST_NUMBER = re.compile(r"-?\d*\.?\d+")
 _TRAILING_TEXT = re.compile(r"\\text{.*?}$")
 _FRAC_AS_WRITTEN = "\x0crac"  # what the original's "\frac" literal holds
+
+# Unit words `acc` strips from a predicted answer. MindSpeed-RL's `acc` uses the Qwen2.5-Math
+# evaluation toolkit's list (mostly MathQA units, odd entries included); mindrl does not copy
+# that list. This is mindrl's own list of common units: a unit-bearing answer is graded the
+# same whenever its unit is here, and may score differently from MindSpeed-RL for a rare unit
+# (README, verifier notes). Each word, and the word with an `s` appended, is deleted where it
+# stands as a separate word.
+UNIT_WORDS: tuple[str, ...] = (
+    "meter", "metre", "centimeter", "millimeter", "kilometer", "cm", "mm", "km", "m",
+    "inch", "inches", "foot", "feet", "ft", "yard", "mile", "kilogram", "gram", "kg", "g",
+    "lb", "pound", "liter", "litre", "gallon", "second", "sec", "minute", "min", "hour",
+    "hr", "day", "week", "month", "year", "yr", "degree", "deg", "percent", "dollar",
+    "cent", "rupee", "rs", "unit", "square", "sq", "cubic", "mph", "kmph", "kmh",
+)  # fmt: skip
+
+UNIT_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(r"(^|\W)" + word + r"($|\W)")
+    for word in UNIT_WORDS + tuple(w + "s" for w in UNIT_WORDS)
+)
 
 
 def _braced_tail(tail: str) -> str:

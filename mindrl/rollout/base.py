@@ -10,6 +10,10 @@ EOS convention: a sequence that stops on EOS (or on one of ``stop_token_ids``) k
 token as its last response token, with its log-prob, and finishes with reason ``"stop"``; a
 sequence cut at ``max_tokens`` finishes with ``"length"``. Keeping EOS lets the policy learn
 when to stop.
+
+A generating worker sends its results back to the driver as `RolloutRow`s (plain lists, cheap
+to pickle through Ray); the driver reassembles them into a `SampleBatch`. Both sides import
+this module, so the contract sits below the trainer and the workers.
 """
 
 from __future__ import annotations
@@ -124,6 +128,29 @@ class RolloutResult:
             )
         if self.finish_reason not in FINISH_REASONS:
             raise ValueError(f"finish_reason must be one of {FINISH_REASONS}")
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutRow:
+    """One response; `prompt_index` counts within the prompts the worker was given."""
+
+    prompt_index: int
+    token_ids: list[int]
+    log_probs: list[float]
+    finish_reason: str
+
+    def shifted(self, offset: int) -> RolloutRow:
+        """The same row with its prompt index counted in a larger list of prompts."""
+        return RolloutRow(
+            self.prompt_index + offset, self.token_ids, self.log_probs, self.finish_reason
+        )
+
+
+def rollout_rows(results: Iterable[RolloutResult]) -> list[RolloutRow]:
+    return [
+        RolloutRow(r.prompt_index, list(r.token_ids), list(r.logprobs), r.finish_reason)
+        for r in results
+    ]
 
 
 class RolloutEngine(abc.ABC):

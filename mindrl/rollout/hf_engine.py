@@ -5,14 +5,21 @@ A hand-written decode loop over a transformers causal LM rather than ``model.gen
 (``output_logits``), which is gigabytes for a GRPO batch; here each step's log-prob of the
 sampled token is gathered and the logits dropped. Prompts are left-padded so every row's
 next token sits in the last column.
+
+Checkpoints (and mindrl's weight stream) name each MoE expert's projections apart
+(`mlp.experts.{e}.gate_proj.weight`, `up_proj`, `down_proj`); transformers >= 5 holds them
+fused per layer (`mlp.experts.gate_up_proj` [E, 2 x ffn, hidden] with gate rows first, and
+`mlp.experts.down_proj` [E, hidden, ffn]): a streamed expert tensor is written into its slice
+of the fused one (`fused_expert_slot`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mindrl.models.dtypes import torch_dtype
 from mindrl.rollout.base import (
@@ -31,6 +38,28 @@ if TYPE_CHECKING:
     from mindrl.config.generate import GenerateConfig
 
 logger = logging.getLogger(__name__)
+
+
+_EXPERT = re.compile(
+    r"^(?P<prefix>.+\.mlp\.experts)\.(?P<e>\d+)\.(?P<proj>gate|up|down)_proj\.weight$"
+)
+
+
+def fused_expert_slot(name: str, state: Mapping[str, Any]) -> tuple[Any, torch.Tensor] | None:
+    """(the fused parameter, the view of it) that the per-expert HF tensor `name` fills, or
+    None when `name` is not a per-expert name of a fused model."""
+    m = _EXPERT.match(name)
+    if m is None:
+        return None
+    prefix, expert, proj = m.group("prefix"), int(m.group("e")), m.group("proj")
+    fused = state.get(f"{prefix}.{'down_proj' if proj == 'down' else 'gate_up_proj'}")
+    if fused is None or fused.dim() != 3 or expert >= fused.shape[0]:
+        return None
+    view = fused.data[expert]
+    if proj != "down":
+        half = view.shape[0] // 2
+        view = view[:half] if proj == "gate" else view[half:]
+    return fused, view
 
 
 def _eos_ids(model) -> tuple[int, ...]:
@@ -214,8 +243,6 @@ class HFRolloutEngine(RolloutEngine):
                 "HF rollout engine is asleep with its weights released (sleep(level=2)): "
                 "call wake_up(['weights']) before update_weights()"
             )
-        from mindrl.rollout.fused_experts import fused_expert_slot
-
         state = self.model.state_dict(keep_vars=True)
         targets = []  # (parameter, the tensor its data is copied into, the new value)
         for name, tensor in named_tensors:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mindrl.algorithms.kl_control import FixedKLController as KLController
+from mindrl.algorithms.kl import FixedKLController as KLController
 from mindrl.algorithms.names import RETURN_ESTIMATORS
 from mindrl.config.rl import AlgorithmConfig
 from mindrl.data.batch import SampleBatch

@@ -14,8 +14,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from mindrl.checkpoint.atomic import verify_manifest, write_manifest
 from mindrl.checkpoint.errors import CheckpointReadError
-from mindrl.checkpoint.manifest import verify_manifest, write_manifest
 from mindrl.checkpoint.safe_load import check_dcp_folder
 from mindrl.checkpoint.train_state import MODEL_DIR, verify_rank_states
 from mindrl.config.run import RunConfig

@@ -24,14 +24,13 @@ from mindrl.config.run import RunConfig
 from mindrl.trainer.advantage_step import compute_step_advantages, uses_kl_in_reward
 from mindrl.trainer.dynamic_sampling import rollout_and_score
 from mindrl.trainer.metrics import Timer
-from mindrl.trainer.padding_metrics import padding_metrics
 from mindrl.trainer.partial_rollout import PartialRollout
 from mindrl.trainer.pipeline import OneStepOffPipeline
-from mindrl.trainer.scoring import Scored
+from mindrl.trainer.roles import sync_weights
+from mindrl.trainer.rollout_step import generate_batch, step_sampling
+from mindrl.trainer.scoring import Scored, score_batch
 from mindrl.trainer.setup import Trainer
-from mindrl.trainer.step_metrics import step_metrics
-from mindrl.trainer.validation import validate, validation_due
-from mindrl.trainer.weight_sync import sync_weights
+from mindrl.trainer.step_metrics import padding_metrics, step_metrics
 
 if TYPE_CHECKING:
     import torch
@@ -207,6 +206,33 @@ def partial_rollout(t: Trainer) -> PartialRollout | None:
     if STATE_KEY in t.resumed_extra:
         partial.load_state_dict(t.resumed_extra[STATE_KEY])
     return partial
+
+
+def validation_due(t: Trainer, step: int) -> bool:
+    freq = t.run.rl.loop.test_freq
+    return freq > 0 and step % freq == 0
+
+
+def validate(t: Trainer, step: int) -> dict[str, float] | None:
+    """Held-out prompts answered greedily and scored by the same verifiers: `val/score` and
+    the per-verifier means on `rl_config.val_data_path` (None without it)."""
+    from mindrl.data.dataset import PromptDataset
+
+    path = t.run.rl.loop.val_data_path
+    if not path:
+        logger.warning("validation requested but rl_config.val_data_path is not set")
+        return None
+    val = PromptDataset(path)
+    slices = max(t.roles.generator.rollout_ranks()) + 1
+    usable = len(val) - len(val) % slices
+    records = val.batch(list(range(usable)))
+    batch = generate_batch(
+        t.roles.generator, records, step_sampling(t.run, step, validation=True), t.prompts.pad_id
+    )
+    scored = score_batch(t, batch)
+    out = {"val/score": float(scored.scores.mean())}
+    out.update({f"val/{k}": v for k, v in scored.metrics.items() if k.endswith("_rewards/mean")})
+    return out
 
 
 def _log_validation(t: Trainer, step: int) -> None:

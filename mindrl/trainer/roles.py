@@ -8,6 +8,7 @@ devices is the plan's business; the loop's code is the same for every placement.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,19 @@ class Roles:
         if self.rollout is not None:
             self.rollout.close()
         shutdown_groups(self.groups, self.placement_groups)
+
+
+def sync_weights(roles: Roles) -> dict[str, float]:
+    """Trained weights to every rollout engine after an update: the hybrid actor streams them
+    into its own engines; a separate rollout group receives object-store buckets."""
+    if roles.rollout is None:
+        return roles.actor.sync_weights()
+    start = time.perf_counter()
+    moved = roles.rollout.load_weights(roles.actor.pack_weights())
+    return {
+        "timing/resharding_to_infer": time.perf_counter() - start,
+        "resharding/bytes": float(moved),
+    }
 
 
 def shutdown_groups(groups: list[WorkerGroup], placement_groups: dict[str, Any]) -> None:

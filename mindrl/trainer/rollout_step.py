@@ -10,8 +10,7 @@ from typing import Any
 from mindrl.cluster.calls import split_evenly
 from mindrl.config.run import RunConfig
 from mindrl.data.batch import SampleBatch, build_sample_batch
-from mindrl.rollout.base import RolloutSampling
-from mindrl.rollout.rows import RolloutRow
+from mindrl.rollout.base import RolloutRow, RolloutSampling
 from mindrl.workers.facades import RolloutGenerator
 
 

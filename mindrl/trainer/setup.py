@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mindrl.algorithms.kl_control import FixedKLController
+from mindrl.algorithms.kl import FixedKLController
 from mindrl.config.run import RunConfig
 from mindrl.trainer.checkpointing import CheckpointWriter, ResumePoint, find_resume_point
 from mindrl.trainer.roles import Roles
@@ -174,8 +174,7 @@ def setup(run: RunConfig, raw: dict[str, Any]) -> Iterator[Trainer]:
     from mindrl.config import save_resolved_config
     from mindrl.rewards.scorer import RewardScorer
     from mindrl.trainer.metrics import MetricsLogger
-    from mindrl.trainer.roles import start_roles
-    from mindrl.trainer.weight_sync import sync_weights
+    from mindrl.trainer.roles import start_roles, sync_weights
 
     save_resolved_config(raw, Path(run.output_dir))
     prompts = load_prompts(run)

@@ -20,8 +20,7 @@ if TYPE_CHECKING:
     from mindrl.data.batch import SampleBatch
     from mindrl.models.optimizer import TrainingOptimizer
     from mindrl.models.weight_snapshot import WeightSnapshot
-    from mindrl.rollout.base import RolloutSampling
-    from mindrl.rollout.rows import RolloutRow
+    from mindrl.rollout.base import RolloutRow, RolloutSampling
     from mindrl.workers.hybrid_engine import HybridEngine
     from mindrl.workers.policy_update import PolicyUpdater
 

@@ -64,7 +64,7 @@ class CriticWorker(TrainableWorker):
     def load_weights(self, load: str | None = None) -> None:
         """As the base class; an HF folder's value head (`score`) comes with its body."""
         load = load or self.cfg.ckpt.load
-        from mindrl.checkpoint.folders import is_hf_folder
+        from mindrl.checkpoint.hf_io import is_hf_folder
 
         if load is None or not is_hf_folder(load):
             super().load_weights(load)

@@ -25,8 +25,7 @@ if TYPE_CHECKING:
 
     from mindrl.cluster.worker_group import WorkerGroup
     from mindrl.data.batch import SampleBatch
-    from mindrl.rollout.base import RolloutSampling
-    from mindrl.rollout.rows import RolloutRow
+    from mindrl.rollout.base import RolloutRow, RolloutSampling
 
 
 class RolloutGenerator(Protocol):

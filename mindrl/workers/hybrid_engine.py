@@ -28,11 +28,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from mindrl.checkpoint.folders import is_hf_folder
+from mindrl.checkpoint.hf_io import is_hf_folder
 from mindrl.config.model_arch import ModelArchConfig
 from mindrl.config.run import RunConfig
-from mindrl.rollout.base import RolloutEngine, RolloutSampling
-from mindrl.rollout.rows import RolloutRow, rollout_rows
+from mindrl.rollout.base import RolloutEngine, RolloutRow, RolloutSampling, rollout_rows
 from mindrl.workers.memory_phases import MemoryPhases, Phase, memory_metrics
 from mindrl.workers.offload import TrainingStateOffload
 from mindrl.workers.weight_transfer import stream_weights

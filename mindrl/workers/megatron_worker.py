@@ -127,7 +127,7 @@ class MegatronModelWorker(ProfiledWorker, Worker):
         if load is None:
             logger.warning("%s: no load path, weights stay randomly initialised", self.role)
             return
-        from mindrl.checkpoint.folders import is_hf_folder
+        from mindrl.checkpoint.hf_io import is_hf_folder
 
         if is_hf_folder(load):
             from mindrl.checkpoint.online import load_hf_into_mcore

@@ -11,8 +11,7 @@ from mindrl.config.run import RunConfig
 from mindrl.workers.profiling import ProfiledWorker, profiled
 
 if TYPE_CHECKING:
-    from mindrl.rollout.base import RolloutEngine, RolloutSampling
-    from mindrl.rollout.rows import RolloutRow
+    from mindrl.rollout.base import RolloutEngine, RolloutRow, RolloutSampling
 
 
 class RolloutWorker(ProfiledWorker, Worker):
@@ -42,7 +41,7 @@ class RolloutWorker(ProfiledWorker, Worker):
 
     @profiled("actor_generate")
     def generate(self, prompts: list[list[int]], sampling: RolloutSampling) -> list[RolloutRow]:
-        from mindrl.rollout.rows import rollout_rows
+        from mindrl.rollout.base import rollout_rows
 
         return rollout_rows(self._engine().generate(prompts, sampling))
 

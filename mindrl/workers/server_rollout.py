@@ -18,8 +18,8 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from mindrl.rollout.base import RolloutRow, rollout_rows
 from mindrl.rollout.daemon_calls import call_in_daemon
-from mindrl.rollout.rows import RolloutRow, rollout_rows
 from mindrl.rollout.server_client import RolloutServerError, VLLMServerClient
 from mindrl.rollout.server_weights import ServerWeightLink
 from mindrl.workers.facades import RolloutGenerator

@@ -48,10 +48,14 @@ class TrainableWorker(MegatronModelWorker):
         """Collective: model shards (reshardable) + this rank's optimizer / RNG state."""
         import torch.distributed as dist
 
-        from mindrl.checkpoint.lora_base import write_lora_base
         from mindrl.checkpoint.mcore_io import McoreCheckpointInfo, ModelPart, megatron_core_version
         from mindrl.checkpoint.rng_state import RngState
-        from mindrl.checkpoint.train_state import RankTrainState, save_model_shards, save_rank_state
+        from mindrl.checkpoint.train_state import (
+            RankTrainState,
+            save_model_shards,
+            save_rank_state,
+            write_lora_base,
+        )
 
         cfg = self.cfg
         info = McoreCheckpointInfo(
@@ -84,9 +88,8 @@ class TrainableWorker(MegatronModelWorker):
     ) -> None:
         from pathlib import Path
 
-        from mindrl.checkpoint.lora_base import read_lora_base
         from mindrl.checkpoint.mcore_io import ModelPart, load_mcore_checkpoint
-        from mindrl.checkpoint.train_state import MODEL_DIR, load_rank_state
+        from mindrl.checkpoint.train_state import MODEL_DIR, load_rank_state, read_lora_base
 
         part = self._checkpoint_part()
         if part is ModelPart.ADAPTERS:  # the frozen base: from where the saving run had it

@@ -57,7 +57,7 @@ def value_micro_batch_loss(
 ) -> tuple[Any, dict[str, Any]]:
     import torch
 
-    from mindrl.algorithms.value_loss import clipped_value_loss
+    from mindrl.algorithms.loss import clipped_value_loss
     from mindrl.models.value_model import value_grid
 
     vpreds = value_grid(output, mb.tokens.shape[1])

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from mindrl.checkpoint.atomic import verify_manifest, write_manifest
 from mindrl.checkpoint.errors import CheckpointReadError
-from mindrl.checkpoint.manifest import verify_manifest, write_manifest
 from mindrl.checkpoint.rng_state import RngState
 from mindrl.checkpoint.safe_load import check_dcp_folder
 from mindrl.checkpoint.train_state import (

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from mindrl.algorithms.advantages import compute_advantages
-from mindrl.algorithms.kl import kl_penalty
-from mindrl.algorithms.kl_control import (
+from mindrl.algorithms.kl import (
     AdaptiveKLController,
     FixedKLController,
     KLControlConfig,
     kl_penalized_rewards,
+    kl_penalty,
     make_kl_controller,
 )
 

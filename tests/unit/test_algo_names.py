@@ -15,10 +15,10 @@ import torch
 from mindrl.algorithms import names
 from mindrl.algorithms.advantages import compute_advantages
 from mindrl.algorithms.aggregation import aggregate_loss
-from mindrl.algorithms.kl import kl_penalty
-from mindrl.algorithms.kl_control import (
+from mindrl.algorithms.kl import (
     AdaptiveKLController,
     KLControlConfig,
+    kl_penalty,
     make_kl_controller,
 )
 from mindrl.algorithms.loss import GRPOLossConfig

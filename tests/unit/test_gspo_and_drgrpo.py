@@ -11,7 +11,7 @@ import torch
 
 from mindrl.algorithms import grpo_loss
 from mindrl.algorithms.aggregation import aggregate_loss
-from mindrl.algorithms.gspo import gspo_token_losses, sequence_clipfrac, sequence_log_ratio
+from mindrl.algorithms.policy_loss import gspo_token_losses, sequence_clipfrac, sequence_log_ratio
 from mindrl.config import load_run_config
 
 MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)

@@ -138,7 +138,7 @@ def test_segmented_attention_equals_a_block_diagonal_causal_mask_with_grouped_he
 
 def test_driver_padding_fraction_counts_what_each_layout_feeds():
     from mindrl.config import load_run_config
-    from mindrl.trainer.padding_metrics import pass_padding_fraction
+    from mindrl.trainer.step_metrics import pass_padding_fraction
 
     prompts = [[5] * 4, [5] * 2, [5] * 6, [5] * 2]
     responses = [[6] * 4, [6] * 2, [6] * 2, [6] * 2]  # lengths 8, 4, 8, 4

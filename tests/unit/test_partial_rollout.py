@@ -11,7 +11,7 @@ import pytest
 
 from mindrl.config import load_run_config
 from mindrl.config.errors import ConfigError
-from mindrl.rollout.rows import RolloutRow
+from mindrl.rollout.base import RolloutRow
 from mindrl.trainer.grpo import grpo_step, partial_rollout, run_state_now
 from mindrl.trainer.partial_rollout import (
     STATE_KEY,

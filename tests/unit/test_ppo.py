@@ -10,8 +10,8 @@ import logging
 import pytest
 import torch
 
-from mindrl.algorithms.kl_control import FixedKLController
-from mindrl.algorithms.value_loss import clipped_value_loss
+from mindrl.algorithms.kl import FixedKLController
+from mindrl.algorithms.loss import clipped_value_loss
 from mindrl.config import ConfigError, load_run_config
 from mindrl.data.batch import build_sample_batch
 from mindrl.trainer.advantage_step import compute_step_advantages

@@ -147,7 +147,7 @@ def test_sharing_prompts_needs_packing_and_the_local_attention(overrides, match)
 
 def test_the_driver_counts_the_tokens_a_shared_pass_feeds():
     from mindrl.config import load_run_config
-    from mindrl.trainer.padding_metrics import pass_padding_fraction
+    from mindrl.trainer.step_metrics import pass_padding_fraction
 
     batch = _batch([A] * 4, [[1, 2], [3], [4, 5, 6], [7]])
 

@@ -187,7 +187,7 @@ def test_memory_plan_counts_the_experts_and_splits_them_over_ep():
 
 
 def test_an_expert_parallel_rank_names_its_experts_locally():
-    from mindrl.checkpoint.experts import ExpertLayout
+    from mindrl.checkpoint.online import ExpertLayout
 
     layout = ExpertLayout(ep_rank=1, ep_size=2, num_local=4)
     name = "decoder.layers.3.mlp.experts.local_experts.6.linear_fc1.weight"

@@ -56,7 +56,7 @@ def test_reinforce_plus_plus_whitens_the_returns_over_the_batch():
 def test_reinforce_plus_plus_takes_the_token_kl_from_the_reward():
     """With use_kl_in_reward the per-token KL penalty enters the returns of every earlier
     token (the group estimators only see its sequence total)."""
-    from mindrl.algorithms.kl_control import FixedKLController
+    from mindrl.algorithms.kl import FixedKLController
     from mindrl.config import load_run_config
     from mindrl.data.batch import build_sample_batch
     from mindrl.trainer.advantage_step import compute_step_advantages

@@ -1,5 +1,5 @@
-"""SampleBatch pickles its CPU tensors as numpy arrays (`mindrl.data.tensor_wire`): the same
-values, dtypes and shapes come back, writable, whatever the layout that was sent."""
+"""SampleBatch pickles its CPU tensors as numpy arrays (`to_wire` in `mindrl.data.batch`):
+the same values, dtypes and shapes come back, writable, whatever the layout that was sent."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import pickle
 import numpy as np
 import torch
 
-from mindrl.data.batch import SampleBatch
-from mindrl.data.tensor_wire import from_wire, to_wire
+from mindrl.data.batch import SampleBatch, from_wire, to_wire
 
 
 def _batch() -> SampleBatch:

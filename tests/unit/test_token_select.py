@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from mindrl.models.entropy import vocab_parallel_entropy
-from mindrl.models.logprobs import log_probs_and_entropy, vocab_parallel_log_probs
+from mindrl.models.logprobs import (
+    log_probs_and_entropy,
+    vocab_parallel_entropy,
+    vocab_parallel_log_probs,
+)
 from mindrl.models.token_select import TokenSelection, select_tokens, selected_logits
 
 

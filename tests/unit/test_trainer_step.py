@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import torch
 
-from mindrl.algorithms.kl_control import FixedKLController
+from mindrl.algorithms.kl import FixedKLController
 from mindrl.config import load_run_config
 from mindrl.config.errors import ConfigError
 from mindrl.data.tokenizer import LoadedTokenizer
-from mindrl.rollout.rows import RolloutRow
+from mindrl.rollout.base import RolloutRow
 from mindrl.trainer.grpo import grpo_step, recomputes_old_log_probs
 from mindrl.trainer.rollout_step import assemble_rollouts
 from mindrl.trainer.setup import Prompts, Trainer
