@@ -16,6 +16,12 @@ from mindrl.config.errors import ConfigError
 from mindrl.config.fates import SECTION_FATES, section_fate, warn_once
 from mindrl.config.fields import _Problems, build_dataclass, build_groups, suggest
 from mindrl.config.generate import GenerateConfig
+from mindrl.config.generation import (
+    as_1x_rl_section,
+    generation_line,
+    read_generation,
+    settle_mini_batch_reading,
+)
 from mindrl.config.model_family import infer_family
 from mindrl.config.pipeline import with_pipeline_defaults
 from mindrl.config.ppo import PPO
@@ -137,7 +143,14 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
     if raw.get("actor_config") is None:
         problems.add("actor_config: required section is missing")
 
-    rl_groups = build_groups(RL_GROUPS, _section(raw, "rl_config", problems), "rl_config", problems)
+    generation = read_generation(raw)
+    rl_section = _section(raw, "rl_config", problems)
+    unit_given = "mini_batch_size_unit" in rl_section
+    notes: list[str] = []
+    if generation.is_1x:
+        rl_section, changes = as_1x_rl_section(rl_section)
+        notes.append(generation_line(generation, changes))
+    rl_groups = build_groups(RL_GROUPS, rl_section, "rl_config", problems)
     generate = build_dataclass(
         GenerateConfig, _section(raw, "generate_config", problems), "generate_config", problems
     )
@@ -149,8 +162,7 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
     rl = RLConfig(**{k: v if v is not None else RL_GROUPS[k]() for k, v in rl_groups.items()})
     res = rl.resources
 
-    notes: list[str] = []
-    rl = with_pipeline_defaults(rl, raw.get("rl_config") or {}, notes)
+    rl = with_pipeline_defaults(rl, rl_section, notes)
     actor = _build_role(raw, "actor", res.actor_resource.num_npus, problems, notes)
     ref = reward = None
     dapo = actor is not None and actor.data.stage == DAPO
@@ -179,7 +191,7 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
     critic = _build_critic(raw, actor, res, problems, notes)
     if problems.items or generate is None or runtime is None or actor is None:
         raise ConfigError(problems.items)
-    return RunConfig(
+    run = RunConfig(
         config_name=config_name,
         actor=actor,
         ref=ref,
@@ -191,6 +203,10 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
         notes=tuple(dict.fromkeys(notes)),
         profiler=profiler or ProfilerConfig(),
     )
+    run, reading = settle_mini_batch_reading(run, generation, unit_given)
+    if reading:
+        run = dataclasses.replace(run, notes=(*run.notes, reading))
+    return run
 
 
 def _build_profiler(section: Mapping[str, Any], problems: _Problems) -> ProfilerConfig | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,9 @@ from mindrl.config.errors import ConfigError
 from mindrl.config.paths import CONFIG_DIR
 from mindrl.config.run import RunConfig
 from mindrl.config.validate import validate
+
+# Hydra's warning for a defaults list without `_self_` (a regex for warnings.filterwarnings)
+MISSING_SELF_WARNING = r".*Defaults list is missing `_self_`"
 
 
 def _hydra_override(arg: str) -> str:
@@ -46,7 +50,14 @@ def compose_raw(
             + suggest(name, available)
         )
     try:
-        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        with (
+            warnings.catch_warnings(),
+            initialize_config_dir(config_dir=str(config_dir), version_base=None),
+        ):
+            # MindSpeed-RL's configs list no `_self_`: Hydra then puts the file's own keys
+            # last, as MindSpeed-RL's own Hydra composition does. Its warning about the
+            # missing entry asks the user to change nothing that would change the result.
+            warnings.filterwarnings("ignore", message=MISSING_SELF_WARNING, category=UserWarning)
             cfg = compose(config_name=name, overrides=[_hydra_override(o) for o in overrides])
         raw = OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as exc:

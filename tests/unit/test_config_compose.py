@@ -193,3 +193,20 @@ def test_typed_config_is_frozen():
     run, _ = load_run_config("r1_zero_qwen25_7b", check_paths=False)
     with pytest.raises(AttributeError):
         run.actor.optim.lr = 1.0  # type: ignore[misc]
+
+
+def test_mindspeed_rl_defaults_without_self_compose_as_hydra_does_without_its_warning(tmp_path):
+    """MindSpeed-RL's files list no `_self_`: the file's own keys come after its defaults (as
+    MindSpeed-RL's Hydra composes them), and Hydra's warning about it is not shown."""
+    import warnings
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "tiny.yaml").write_text("tiny:\n  num_layers: 28\n  hidden_size: 64\n")
+    (tmp_path / "run.yaml").write_text(
+        "defaults:\n  - model:\n      - tiny\n\nmodel:\n  tiny:\n    num_layers: 2\n"
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        raw = compose_raw("run", config_dir=tmp_path)
+    assert raw["model"]["tiny"] == {"num_layers": 2, "hidden_size": 64}  # the file's own last
+    assert not [w for w in caught if "_self_" in str(w.message)]

@@ -75,7 +75,11 @@ INVALID: list[tuple[list[str], list[str]]] = [
     ),
     (["rl_config.rule_reward=false"], ["rl_config.rule_reward", "reward model"]),
     (["~ref_config"], ["reference_resource", "no ref_config"]),
-    (["~ref_config", "~rl_config.reference_resource"], ["needs a reference model", "KL: loss"]),
+    # without ref_config / reference_resource the config is no longer 1.x by its shape
+    (
+        ["~ref_config", "~rl_config.reference_resource", "rl_config.use_integrated_worker=false"],
+        ["needs a reference model", "KL: loss"],
+    ),
     (
         ["rl_config.reward_resource.num_npus=4", "~reward_config"],
         ["rl_config.reward_resource", "no reward_config"],

@@ -122,13 +122,21 @@ def test_2x_mini_batch_counts_prompts_one_optimizer_step():
     assert four.optimizer_steps_per_rl_step == 4
 
 
-def test_seed_generation_value_is_refused_naming_both_readings():
+def test_a_value_valid_only_as_samples_is_read_as_samples_and_said():
+    # use_integrated_worker: false is valid in both generations: the 2.x reading, whose
+    # prompts cannot hold 512 of a 64-prompt batch; as samples it is one step
+    run = _build(_seed_generation(), use_integrated_worker=False)
+    assert run.rl.algorithm.mini_batch_size_unit == "samples"
+    assert run.optimizer_steps_per_rl_step == 1
+    assert any(line.startswith("mini_batch_size 512 read as samples") for line in run.notes)
+
+
+def test_an_explicit_unit_keeps_the_refusal_naming_both_readings():
     with pytest.raises(ConfigError) as err:
-        _build(_seed_generation(), use_integrated_worker=False)
+        _build(_seed_generation(), use_integrated_worker=False, mini_batch_size_unit="prompts")
     text = str(err.value)
     assert "mini_batch_size: 512 read as prompts" in text
     assert "read as samples" in text and "1 optimizer step(s) per RL step" in text
-    assert "mini_batch_size_unit: samples" in text
 
 
 def test_seed_generation_with_its_unit_gives_its_step_count():
@@ -199,7 +207,7 @@ def test_integrated_worker_builds_the_reference_from_the_actor():
 def test_integrated_worker_refuses_a_separate_reference_like_mindspeed_rl():
     raw = _seed_generation()
     with pytest.raises(ConfigError) as err:
-        _build(raw, mini_batch_size_unit="samples")  # use_integrated_worker defaults to true
+        _build(raw, use_integrated_worker=True, mini_batch_size_unit="samples")
     text = str(err.value)
     assert "ref_config: not allowed" in text and "reference_resource: not allowed" in text
 
@@ -209,3 +217,84 @@ def test_without_integrated_worker_kl_needs_a_ref_config():
     raw["rl_config"]["use_integrated_worker"] = False
     with pytest.raises(ConfigError, match="needs a reference model"):
         _build(raw)
+
+
+# -- both generations, told by their shape (issue 59) --------------------------------------------
+
+
+def _one_x_r1_zero() -> dict[str, Any]:
+    """MindSpeed-RL 1.x's r1_zero_qwen25_7b key set: ref_config and reference_resource, no
+    use_integrated_worker, its 1.x-only experience_count, kl_penalty kl, entropy_coeff set."""
+    raw = _seed_generation()
+    raw["rl_config"].update(experience_count=64, kl_penalty="kl", entropy_coeff=0.001)
+    return raw
+
+
+def _one_x_integrated() -> dict[str, Any]:
+    """1.x's r1_zero_qwen25_7b_integrated key set: integrated worker, gbs 4 x n 8, TP4 on 8
+    devices (DP 2), mini_batch_size 256, update_micro_batch_size and experience_count."""
+    raw = copy.deepcopy(GRPO_2X)
+    raw["megatron_training"]["global_batch_size"] = 4
+    raw["actor_config"]["micro_batch_size"] = 2
+    raw["rl_config"].update(
+        use_integrated_worker=True,
+        update_micro_batch_size=2,
+        experience_count=4,
+        kl_penalty="kl",
+        init_kl_coef=0.0001,
+        mini_batch_size=256,
+        entropy_coeff=0.001,
+        actor_resource={"num_npus": 8},
+    )
+    return raw
+
+
+def test_a_1x_config_is_read_as_1x_with_one_line_saying_what_changes():
+    run = _build(_one_x_r1_zero())
+    lines = [line for line in meaning_lines(run) if line.startswith("read as MindSpeed-RL 1.x")]
+    assert len(lines) == 1
+    assert "ref_config and rl_config.reference_resource without use_integrated_worker" in lines[0]
+    assert "experience_count" in lines[0] and "mini_batch_size counts samples" in lines[0]
+    # where the reference comes from: 1.x's use_integrated_worker defaults to false
+    assert not run.rl.resources.use_integrated_worker
+    assert run.ref is not None and (run.ref.tp, run.ref.num_devices) == (4, 16)
+    assert "reference model: ref_config" in meaning_lines(run)
+    # optimizer steps: 512 samples of 64 x 8 = one step, as 1.x's actor splits them
+    assert run.optimizer_steps_per_rl_step == 1
+    # KL: in the loss, init_kl_coef, 1.x's loss's k3 whatever kl_penalty says; no entropy
+    kl = run.rl.algorithm.kl
+    assert (kl.where, kl.coef, kl.estimator) == ("loss", 0.0001, "k3")
+    assert run.rl.algorithm.loss_config().entropy_coeff == 0.0
+    assert "kl_penalty: kl" in lines[0] and "entropy_coeff: 0.001" in lines[0]
+
+
+def test_1x_samples_count_steps_as_its_trainer_did():
+    assert _build(_one_x_r1_zero(), mini_batch_size=256).optimizer_steps_per_rl_step == 2
+    assert _build(_one_x_r1_zero(), mini_batch_size=64, epochs=2).optimizer_steps_per_rl_step == 16
+
+
+def test_1x_integrated_mini_batch_above_the_batch_is_one_step_on_the_whole_batch():
+    run = _build(_one_x_integrated())  # 256 samples > the 32 of a step: torch.split -> 1 chunk
+    assert run.rl.resources.use_integrated_worker
+    assert run.ref is not None and run.ref.num_devices == 8  # built from actor_config
+    assert run.optimizer_steps_per_rl_step == 1
+    assert run.rl.algorithm.mini_batch_samples == 0  # the whole batch
+    lines = meaning_lines(run)
+    assert any(
+        line.startswith("read as MindSpeed-RL 1.x (rl_config.experience_count") for line in lines
+    )
+    assert any("256 samples is more than the 32 samples" for line in lines)
+    assert run.rl.algorithm.kl.where == "loss"
+
+
+def test_the_same_value_without_1x_keys_is_valid_under_neither_reading_and_refused():
+    raw = copy.deepcopy(GRPO_2X)
+    raw["megatron_training"]["global_batch_size"] = 4
+    with pytest.raises(ConfigError, match="mini_batch_size"):
+        _build(raw, mini_batch_size=256)
+
+
+def test_a_2x_config_has_no_generation_line_and_keeps_its_reading():
+    run = _build(GRPO_2X)
+    assert not [line for line in meaning_lines(run) if line.startswith("read as")]
+    assert run.rl.algorithm.kl.estimator == "low_var_kl" and run.rl.resources.use_integrated_worker

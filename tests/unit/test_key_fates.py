@@ -1000,6 +1000,8 @@ def _every_key_config(skip: tuple[str, ...] = FAMILY_CHECK_REFUSES_AT_DEFAULT) -
     }
     megatron = {k: v for k, v in MEGATRON_DEFAULTS.items() if k not in skip and k not in present}
     raw["megatron_training"] = _with_defaults(raw["megatron_training"], megatron, ROLE_GROUPS)
+    # the base is the seed's 1.x config: 1.x's default (2.x's is true) before the rest
+    raw["rl_config"].setdefault("use_integrated_worker", False)
     rl = _with_defaults(raw["rl_config"], {**RL_DEFAULTS, **SEED_RL_DEFAULTS}, RL_GROUPS)
     # values the shipped config needs and MindSpeed-RL would spell the same way
     rl.pop("actor_resource")
