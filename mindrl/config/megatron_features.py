@@ -174,6 +174,7 @@ class LayerVariantConfig:
     spec: tuple[str, ...] | str | None = spec(
         None,
         fate=refused(
-            "custom layer specs: not built yet; mindrl builds megatron-core's GPT layer spec"
+            "custom layer specs: not built yet (MindSpeed-LLM's qwen3_spec / deepseek_spec are read "
+            "as their model family); mindrl builds megatron-core's GPT layer spec"
         ),
     )

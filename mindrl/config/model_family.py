@@ -12,6 +12,7 @@ converter (`mindrl.models.hf_arch`) classifies HF configs with it too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,10 @@ MOE_KEYS = (
     "moe_layer_freq",
     "expert_model_parallel_size",
 )
+
+# MindSpeed-LLM's layer specs: `spec: [mindspeed_llm.tasks.models.spec.<family>_spec, layer_spec]`
+MINDSPEED_LLM_SPECS = "mindspeed_llm.tasks.models.spec"
+LAYER_SPEC_ATTR = "layer_spec"
 
 # mindrl megatron checkpoint layout (mirrors mindrl.checkpoint.mcore_io, which imports torch).
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
@@ -196,13 +201,33 @@ def folder_evidence(folder: str | Path) -> _Evidence | str | None:
     return None if iter_dir is None else _checkpoint_evidence(iter_dir)
 
 
+def _spec_text(section: Mapping[str, Any]) -> str:
+    spec = section.get("spec")
+    return " ".join(map(str, spec)) if isinstance(spec, (list, tuple)) else str(spec or "")
+
+
+def spec_hint(section: Mapping[str, Any]) -> str | None:
+    """The family word of a MindSpeed-LLM layer spec the model yaml names, None for no spec or
+    one mindrl does not know. MindSpeed-RL's yamls name it `[MODULE, layer_spec]`, MODULE
+    being `mindspeed_llm.tasks.models.spec.<family>_spec` (qwen3_spec for Qwen3 dense and
+    MoE, deepseek_spec for DeepSeek-V3)."""
+    spec = section.get("spec")
+    parts = [str(p) for p in spec] if isinstance(spec, (list, tuple)) else [str(spec or "")]
+    module, _, attr = parts[0].partition(":") if len(parts) == 1 else (parts[0], "", parts[1])
+    prefix, _, leaf = module.rpartition(".")
+    if prefix != MINDSPEED_LLM_SPECS or attr not in ("", LAYER_SPEC_ATTR):
+        return None
+    hint = leaf.removesuffix("_spec")
+    return hint if hint != leaf and hint in registry.layer_spec_hints() else None
+
+
 def _key_evidence(section: Mapping[str, Any]) -> _Evidence | None:
     """The family the yaml keys mark as one mindrl does not build (MLA, multimodal, MoE,
     q/k layernorm, a custom layer spec), else None."""
     on = [k for k in section if _is_marker(k) and _is_on(k, section[k])]
     moe = [k for k in on if k in MOE_KEYS or k.startswith("moe_")]
-    spec = section.get("spec")
-    spec_text = " ".join(map(str, spec)) if isinstance(spec, (list, tuple)) else str(spec or "")
+    spec_text = _spec_text(section)
+    hint = spec_hint(section)
     from_spec = f"model yaml spec: {spec_text}"
 
     def shown(keys: Sequence[str]) -> str:
@@ -213,24 +238,17 @@ def _key_evidence(section: Mapping[str, Any]) -> _Evidence | None:
             return _Evidence(
                 marked.name, shown([marked.yaml_marker, *(moe[:1] if marked.features.moe else [])])
             )
-        if marked.layer_spec_hint and marked.layer_spec_hint in spec_text.lower():
+        if marked.layer_spec_hint and marked.layer_spec_hint == hint:
             return _Evidence(marked.name, from_spec)
     qk_keys = ["qk_layernorm"] if "qk_layernorm" in on else []
-    qk_norm = bool(qk_keys) or registry.spec_hints_qk_norm(spec_text)
+    qk_norm = bool(qk_keys) or registry.spec_hints_qk_norm(hint or "")
     if moe:
         bias = not qk_norm and bool(section.get("add_qkv_bias"))
         family = registry.family_for_features(Features(qkv_bias=bias, qk_norm=qk_norm, moe=True))
         return _Evidence(family or "unknown", shown(moe[:2] + qk_keys))
-    if qk_norm:  # Qwen3 comes from qk_layernorm: true, not from MindSpeed's layer spec
+    if qk_norm:  # qk_layernorm: true, or MindSpeed-LLM's Qwen3 layer spec
         owner = registry.qk_norm_family()
-        return _Evidence(
-            owner.name,
-            shown(qk_keys) if qk_keys else from_spec,
-            refusal=None
-            if qk_keys
-            else f"{from_spec}: a custom layer spec is not supported; "
-            f"mindrl builds {owner.display_name} from qk_layernorm: true (remove spec)",
-        )
+        return _Evidence(owner.name, shown(qk_keys) if qk_keys else from_spec)
     if "attention_bias" in on:
         return _Evidence(
             "attention_bias",
@@ -243,7 +261,9 @@ def _key_evidence(section: Mapping[str, Any]) -> _Evidence | None:
             "custom",
             from_spec,
             refusal=f"model yaml spec: {spec_text}: a custom layer spec is not supported; "
-            "mindrl builds megatron-core's GPT layer spec (remove spec)",
+            "mindrl knows MindSpeed-LLM's "
+            + ", ".join(f"{MINDSPEED_LLM_SPECS}.{h}_spec" for h in registry.layer_spec_hints())
+            + " and builds megatron-core's GPT layer spec (or remove spec)",
         )
     return None
 
@@ -282,6 +302,42 @@ def _yaml_family(section: Mapping[str, Any]) -> tuple[str, str, str | None]:
 
 
 def infer_family(
+    arch_section: Mapping[str, Any], hf_dirs: Sequence[str | Path | None] = ()
+) -> FamilyDecision:
+    """`_infer_family`, then a MindSpeed-LLM layer `spec:` the decided family is built from
+    consumed with a notice that says which builder takes it (a spec of another family is
+    refused naming both)."""
+    decision = _infer_family(arch_section, hf_dirs)
+    hint = spec_hint(arch_section)
+    if decision.refusal or hint is None:
+        return decision
+    spec_text = _spec_text(arch_section)
+    qk_norm = registry.spec_hints_qk_norm(hint)
+    covered = [
+        s
+        for s in registry.built_families()
+        if s.layer_spec_hint == hint or (qk_norm and s.features.qk_norm)
+    ]
+    built = registry.family_spec(decision.family)
+    if built not in covered:
+        names = " / ".join(s.display_name for s in covered)
+        return dataclasses.replace(
+            decision,
+            refusal=f"model yaml spec: {spec_text} is MindSpeed-LLM's {names} layer spec, but "
+            f"the model is {built.display_name} (from {decision.source}): fix spec or the model",
+        )
+    return dataclasses.replace(
+        decision,
+        notices=(
+            *decision.notices,
+            f"spec {spec_text}: built by mindrl's {built.display_name} builder "
+            "(megatron-core's GPT layers with the family's features)",
+        ),
+        consumed_keys=(*decision.consumed_keys, "spec"),
+    )
+
+
+def _infer_family(
     arch_section: Mapping[str, Any], hf_dirs: Sequence[str | Path | None] = ()
 ) -> FamilyDecision:
     """Decide the model family of `arch_section` (the model yaml's keys, as merged for a role).

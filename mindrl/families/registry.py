@@ -165,6 +165,13 @@ def marked_families() -> tuple[UnbuiltFamily, ...]:
     return tuple(u for u in _UNBUILT.values() if u.yaml_marker or u.layer_spec_hint)
 
 
+def layer_spec_hints() -> tuple[str, ...]:
+    """Every family word of a MindSpeed-LLM layer spec mindrl knows (built or refused)."""
+    hints = [s.layer_spec_hint for s in _BUILT.values()]
+    hints += [u.layer_spec_hint for u in _UNBUILT.values()]
+    return tuple(dict.fromkeys(h for h in hints if h))
+
+
 def spec_hints_qk_norm(spec_text: str) -> bool:
     """Whether a MindSpeed layer `spec:` names a family with q/k norm (a Qwen3 spec)."""
     text = spec_text.lower()

@@ -112,7 +112,11 @@ def test_plain_yaml_defaults_to_llama():
         (DEEPSEEK_V3, "deepseek_v3", "model family deepseek_v3 (multi-latent attention"),
         ({**QWEN25_7B, "num_experts": 60}, "qwen2_moe", "model family qwen2_moe"),
         ({**DENSE, "mm_model": "qwen2vl.json"}, "multimodal", "multimodal (vision encoder)"),
-        ({**DENSE, "spec": ["x.qwen3_spec", "layer_spec"]}, "qwen3", "from qk_layernorm: true"),
+        (
+            {**DENSE, "spec": ["x.qwen3_spec", "layer_spec"]},
+            "custom",
+            "spec: x.qwen3_spec layer_spec",
+        ),
         ({**DENSE, "spec": "my.module:layer_spec"}, "custom", "custom layer spec"),
         ({**DENSE, "attention_bias": True}, "attention_bias", "attention_bias: true"),
         ({**DENSE, "model_type_hf": "gpt9"}, "gpt9", "'gpt9' is not a model family"),
@@ -279,3 +283,34 @@ def test_inference_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-1000:]
     assert out.stdout.strip() == "[]"
+
+
+QWEN3_SPEC = ["mindspeed_llm.tasks.models.spec.qwen3_spec", "layer_spec"]
+
+
+@pytest.mark.parametrize(
+    ("section", "family", "display"),
+    [
+        ({**DENSE, "spec": QWEN3_SPEC}, "qwen3", "Qwen3"),
+        ({**DENSE, "spec": QWEN3_SPEC, "qk_layernorm": True}, "qwen3", "Qwen3"),
+        (QWEN3_235B, "qwen3_moe", "Qwen3-MoE"),
+    ],
+)
+def test_a_mindspeed_llm_layer_spec_maps_to_the_family_builder(section, family, display):
+    d = infer_family(section)
+    assert d.supported and d.family == family
+    assert "spec" in d.consumed_keys and "spec" not in d.arch_section(section)
+    assert f"spec {' '.join(QWEN3_SPEC)}: built by mindrl's {display} builder" in d.describe()
+
+
+def test_a_layer_spec_of_another_family_or_an_unknown_one_is_refused_by_name(tmp_path):
+    qwen2 = _hf_dir(tmp_path, "qwen2", QWEN2_CONFIG)
+    d = infer_family({**QWEN25_7B, "spec": QWEN3_SPEC}, [qwen2])
+    assert not d.supported and "qwen3_spec layer_spec is qwen3" in _one_line(d)
+    assert "is qwen2: fix it" in _one_line(d)
+    unknown = ["mindspeed_llm.tasks.models.spec.minicpm_spec", "layer_spec"]
+    d = infer_family({**DENSE, "spec": unknown})
+    assert not d.supported and "spec: mindspeed_llm.tasks.models.spec.minicpm_spec" in _one_line(d)
+    assert "qwen3_spec" in _one_line(d)  # names the ones mindrl knows
+    d = infer_family(DEEPSEEK_V3)  # deepseek_spec: DeepSeek-V3, refused with its reason
+    assert d.family == "deepseek_v3" and "multi-latent attention" in _one_line(d)
