@@ -15,6 +15,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mindrl.checkpoint.errors import ConversionError, short_reason
 from mindrl.families import registry
@@ -40,6 +41,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="MoE experts split over this many ranks (must divide num_experts)",
+    )
+    p.add_argument(
+        "--num-layer-list",
+        metavar="N,N,...",
+        help="layers per target pipeline stage (MindSpeed's uneven stages, e.g. 16,17,16,15; "
+        "adds up to num_layers, one count per stage); mg -> hf reads it from the checkpoint",
+    )
+    p.add_argument(
+        "--noop-layers",
+        metavar="I,I,...",
+        help="hf -> mg: MindSpeed's noop layers (global indices of identity layers without "
+        "weights, counted in the megatron model's num_layers; absent from the HF checkpoint); "
+        "mg -> hf reads them from the checkpoint",
     )
     p.add_argument(
         "--tokenizer-model",
@@ -114,15 +128,41 @@ def _check_flags_against_record(args: argparse.Namespace) -> None:
     (they change nothing; the record decides, as config.json does for HF input)."""
     from mindrl.checkpoint.mcore_io import read_checkpoint_info
 
+    info = read_checkpoint_info(args.load_dir)
+    _check_layout_flags_against_record(args, info)
     if args.model_type_hf is None and args.add_qkv_bias is None:
         return
-    arch = read_checkpoint_info(args.load_dir).arch
+    arch = info.arch
     says = f"the checkpoint records {arch.family}"
     named = registry.family_of_variant(args.model_type_hf) if args.model_type_hf else None
     if args.model_type_hf is not None and named != arch.family:
         _notice(f"--model-type-hf {args.model_type_hf}: {says}; converting as {arch.family}")
     if args.add_qkv_bias and not arch.add_qkv_bias:
         _notice(f"--add-qkv-bias: {says}; converting without q/k/v biases")
+
+
+def _check_layout_flags_against_record(args: argparse.Namespace, info: Any) -> None:
+    """Read from a megatron checkpoint, the noop layers are its own: a flag that disagrees
+    is an error (the HF layer numbering would differ); converting to HF, the recorded stage
+    layout is read back and a --num-layer-list is not needed."""
+    from mindrl.config.layer_layout import parse_index_list
+
+    if args.noop_layers is not None:
+        try:
+            given = tuple(sorted(set(parse_index_list(args.noop_layers, "--noop-layers"))))
+        except ValueError as exc:
+            raise ConversionError(str(exc)) from exc
+        recorded = info.arch.noop_layer_indices
+        if given != recorded:
+            raise ConversionError(
+                f"--noop-layers {args.noop_layers}: the checkpoint records noop layers "
+                f"{','.join(map(str, recorded)) or 'none'}"
+            )
+    if args.num_layer_list is not None and args.save_model_type == "hf":
+        _notice(
+            f"--num-layer-list {args.num_layer_list}: an HF checkpoint has no pipeline "
+            "stages; the flag is not needed to convert to hf"
+        )
 
 
 def run(args: argparse.Namespace) -> str:
@@ -149,6 +189,7 @@ def run(args: argparse.Namespace) -> str:
                 offline.convert_hf_to_mcore,
                 model_type_hf=args.model_type_hf,
                 add_qkv_bias=args.add_qkv_bias,
+                noop_layers=args.noop_layers,
                 tokenizer_dir=_tokenizer_dir(args),
                 notify=_notice,
             )
@@ -158,6 +199,7 @@ def run(args: argparse.Namespace) -> str:
             target_tensor_parallel_size=args.target_tensor_parallel_size,
             target_pipeline_parallel_size=args.target_pipeline_parallel_size,
             target_expert_parallel_size=args.target_expert_parallel_size,
+            num_layer_list=args.num_layer_list,
             params_dtype=args.params_dtype,
             progress=progress,
         )

@@ -10,7 +10,8 @@ Here they are bound to an architecture's sizes, layers and experts.
 Names use megatron-core's local layer spec ("decoder.layers.{layer}.input_layernorm.weight");
 `TE_ALIASES` gives the transformer-engine spec's names for the norms it fuses into the
 following linear layer. `{layer}` is the global layer index; a pipeline stage holds its layers
-under local indices (`mindrl.checkpoint.online` translates).
+under local indices (`mindrl.checkpoint.online` translates); HF names skip MindSpeed's noop
+layers, which hold no weights.
 """
 
 from __future__ import annotations
@@ -109,12 +110,14 @@ def bind(
     fmt: dict[str, int] = {"layer": layer} if layer is not None else {}
     if expert is not None:
         fmt["expert"] = expert
+    # the HF checkpoint has no noop layers: its layer indices skip them
+    hf_fmt = {**fmt, "layer": arch.hf_layer(layer)} if layer is not None else fmt
     return BoundRule(
         rule=rule,
         layer=layer,
         expert=expert,
         mcore=rule.mcore.format(**fmt),
-        hf=tuple(name.format(**fmt) for name in rule.hf),
+        hf=tuple(name.format(**hf_fmt) for name in rule.hf),
         hf_shapes=tuple(tuple(sizes[s] for s in shape) for shape in rule.hf_shapes),
     )
 
@@ -124,9 +127,11 @@ def bound_rules(
 ) -> list[BoundRule]:
     """Every parameter of the model in a stable order: embedding, layers 0..L-1, final norm,
     output layer; within a layer, each per-expert rule for experts 0..E-1. `layers` restricts
-    the per-layer entries (e.g. one pipeline stage's)."""
+    the per-layer entries (e.g. one pipeline stage's). MindSpeed's noop layers have no
+    entries: they hold no weights."""
     rules = [r for r in rules_for(arch) if include_load_only or not r.load_only]
-    layers = range(arch.num_layers) if layers is None else layers
+    noop = set(arch.noop_layer_indices)
+    layers = [i for i in (range(arch.num_layers) if layers is None else layers) if i not in noop]
     out = [bind(r, arch, None) for r in rules if not r.per_layer and r.mcore.startswith("emb")]
     experts = range(arch.num_experts or 0)
     for layer in layers:

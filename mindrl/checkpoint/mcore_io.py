@@ -60,6 +60,8 @@ class McoreCheckpointInfo:
     format_version: int = FORMAT_VERSION
     hf_config: dict[str, Any] | None = field(default=None, compare=False)
     expert_parallel_size: int = 1  # EP it was saved from (or converted for); MoE only
+    # layers per pipeline stage of that layout (MindSpeed's num_layer_list); None: even split
+    num_layer_list: tuple[int, ...] | None = None
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -81,11 +83,30 @@ class McoreCheckpointInfo:
                 format_version=int(data.get("format_version", FORMAT_VERSION)),
                 hf_config=data.get("hf_config"),
                 expert_parallel_size=int(data.get("expert_parallel_size", 1)),
+                num_layer_list=_stage_counts(data.get("num_layer_list")),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptCheckpointError(
                 source, f"not a valid mindrl checkpoint record ({type(exc).__name__}: {exc})"
             ) from exc
+
+
+def _stage_counts(value: Any) -> tuple[int, ...] | None:
+    return None if value is None else tuple(int(v) for v in value)
+
+
+def model_stage_layers(model_chunks: Sequence[Any]) -> tuple[int, ...] | None:
+    """Layers per pipeline stage of a model built with megatron's uneven layout (None: the
+    even split), for the checkpoint record."""
+    from megatron.core.transformer.enums import LayerType
+
+    model = model_chunks[0]
+    while hasattr(model, "module"):
+        model = model.module
+    layout = getattr(model.config, "pipeline_model_parallel_layout", None)
+    if layout is None:
+        return None
+    return tuple(sum(chunk.count(LayerType.decoder) for chunk in stage) for stage in layout.layout)
 
 
 def megatron_core_version() -> str:
@@ -279,6 +300,7 @@ def save_mcore_checkpoint(
         expert_parallel_size=ps.get_expert_model_parallel_world_size(),
         megatron_core_version=megatron_core_version(),
         hf_config=hf_config,
+        num_layer_list=model_stage_layers(model_chunks),
     )
     return write_iteration_dir(
         model_sharded_state_dict(model_chunks), Path(root), info, hf_assets_dir=hf_assets_dir
@@ -298,6 +320,7 @@ def check_arch_matches(expected: ModelArchConfig, found: ModelArchConfig, where:
         "add_qkv_bias",
         "tie_word_embeddings",
         "family",
+        "noop_layer_indices",
     )
     diff = [
         f"{k}: checkpoint {getattr(found, k)} vs model {getattr(expected, k)}"

@@ -65,6 +65,7 @@ from mindrl.checkpoint.mcore_io import (
 )
 from mindrl.checkpoint.mcore_read import load_group, load_groups
 from mindrl.checkpoint.transforms import hf_to_mcore_pieces, mcore_to_hf
+from mindrl.config.layer_layout import layer_layout
 from mindrl.config.model_arch import ModelArchConfig
 from mindrl.models.dtypes import dtype_short_name, torch_dtype
 from mindrl.models.gpt import validate_parallel_layout
@@ -169,12 +170,37 @@ def _fill_entry(entry: Any, pieces: list[Any], name: str) -> Any:
     raise ConversionError(f"{name}: unexpected sharded entry {type(entry).__name__}")
 
 
-def _check_layout(arch: ModelArchConfig, tp: int, pp: int, ep: int) -> None:
-    """The target layout splits `arch` evenly (heads, kv heads, ffn, layers, experts)."""
+def _check_layout(
+    arch: ModelArchConfig, tp: int, pp: int, ep: int, num_layer_list: str | None = None
+) -> tuple[int, ...] | None:
+    """The target layout splits `arch` (heads, kv heads, ffn, experts evenly; layers evenly
+    or as `num_layer_list` says); returns the layers per stage to record (None: even)."""
     try:
-        validate_parallel_layout(arch, tp, pp, ep)
+        validate_parallel_layout(arch, tp, pp, ep, num_layer_list)
+        layout = layer_layout(arch.num_layers, pp, num_layer_list, arch.noop_layers)
     except ValueError as exc:
-        raise ConversionError(str(exc)) from exc
+        raise ConversionError(_flag_names(str(exc))) from exc
+    return layout.stage_layers if layout.uneven else None
+
+
+def _flag_names(message: str) -> str:
+    """The converter's flag names for the config keys a layout problem names."""
+    for key, flag in (("num_layer_list", "--num-layer-list"), ("noop_layers", "--noop-layers")):
+        message = message.replace(f"{key}:", f"{flag}:")
+    return message
+
+
+def with_noop_layers(arch: ModelArchConfig, noop_layers: str | None) -> ModelArchConfig:
+    """The megatron model of an HF checkpoint with MindSpeed's noop layers added: num_layers
+    counts them (as MindSpeed's does), the HF layers fill the other indices in order."""
+    if not noop_layers:
+        return arch
+    padded = dataclasses.replace(arch, noop_layers=noop_layers)
+    try:
+        num_layers = padded.mcore_num_layers(arch.num_layers)
+    except ValueError as exc:
+        raise ConversionError(_flag_names(str(exc))) from exc
+    return dataclasses.replace(padded, num_layers=num_layers)
 
 
 def _open_checkpoint(load_dir: str | Path, save_dir: Path) -> tuple[Path, McoreCheckpointInfo]:
@@ -249,6 +275,8 @@ def convert_hf_to_mcore(
     params_dtype: str | None = None,
     model_type_hf: str | None = None,
     add_qkv_bias: bool | None = None,
+    num_layer_list: str | None = None,
+    noop_layers: str | None = None,
     tokenizer_dir: str | Path | None = None,
     progress: bool = False,
     notify: Callable[[str], None] | None = None,
@@ -258,6 +286,8 @@ def convert_hf_to_mcore(
     The HF folder's config, generation config and tokenizer files (and those of
     `tokenizer_dir`, if given) are kept in release/hf_assets/ for the way back. Flags the
     checkpoint's config.json overrides are reported through `notify` (default: a warning log).
+    `num_layer_list` (layers per target pipeline stage) and `noop_layers` (MindSpeed's
+    identity layers, counted in the megatron model's num_layers) are recorded with it.
     """
     start = time.perf_counter()
     hf_dir, save_dir = Path(hf_dir), Path(save_dir)
@@ -268,11 +298,13 @@ def convert_hf_to_mcore(
     )
     for notice in notices:
         (notify or logger.warning)(notice)
-    _check_layout(
+    arch = with_noop_layers(arch, noop_layers)
+    stage_layers = _check_layout(
         arch,
         target_tensor_parallel_size,
         target_pipeline_parallel_size,
         target_expert_parallel_size,
+        num_layer_list,
     )
     reader = HFCheckpointReader(hf_dir)
     check_hf_coverage(reader, arch)
@@ -292,6 +324,7 @@ def convert_hf_to_mcore(
         megatron_core_version=megatron_core_version(),
         hf_config=read_hf_config(hf_dir),
         expert_parallel_size=target_expert_parallel_size,
+        num_layer_list=stage_layers,
     )
     with single_process_world(), atomic_directory(save_dir) as temp:
         sharded = meta_sharded_state_dict(arch, dtype_name)
@@ -347,6 +380,15 @@ def convert_mcore_to_hf(
     save_dir = Path(save_dir)
     iter_dir, info = _open_checkpoint(load_dir, save_dir)
     arch = info.arch
+    # the recorded layout (uneven stages, noop layers) must describe this model; the stored
+    # global tensors themselves do not depend on it
+    _check_layout(
+        arch,
+        1,
+        info.pipeline_parallel_size,
+        1,
+        ",".join(map(str, info.num_layer_list)) if info.num_layer_list else None,
+    )
     out_dtype = torch_dtype(params_dtype or info.params_dtype)
     out_dtype_name = str(out_dtype).removeprefix("torch.")
     assets = Path(hf_assets_dir) if hf_assets_dir else iter_dir / HF_ASSETS_DIR
@@ -392,6 +434,7 @@ def convert_mcore_to_mcore(
     target_tensor_parallel_size: int = 1,
     target_pipeline_parallel_size: int = 1,
     target_expert_parallel_size: int = 1,
+    num_layer_list: str | None = None,
     params_dtype: str | None = None,
     progress: bool = False,
 ) -> ConversionResult:
@@ -404,11 +447,12 @@ def convert_mcore_to_mcore(
     save_dir = Path(save_dir)
     iter_dir, info = _open_checkpoint(load_dir, save_dir)
     arch = info.arch
-    _check_layout(
+    stage_layers = _check_layout(
         arch,
         target_tensor_parallel_size,
         target_pipeline_parallel_size,
         target_expert_parallel_size,
+        num_layer_list,
     )
     dtype_name = dtype_short_name(params_dtype or info.params_dtype)
     dtype = torch_dtype(dtype_name)
@@ -419,6 +463,7 @@ def convert_mcore_to_mcore(
         pipeline_parallel_size=target_pipeline_parallel_size,
         megatron_core_version=megatron_core_version(),
         expert_parallel_size=target_expert_parallel_size,
+        num_layer_list=stage_layers,
     )
     rules = bound_rules(arch)
     assets = iter_dir / HF_ASSETS_DIR

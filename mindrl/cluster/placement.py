@@ -24,6 +24,7 @@ class RoleLayout:
     pp: int
     dp: int
     ep: int = 1  # expert_model_parallel_size (MoE)
+    layers: str = ""  # uneven stages / noop layers (`LayerLayout.describe`); "" for the even split
 
     @property
     def expert_dp(self) -> int:
@@ -34,7 +35,8 @@ class RoleLayout:
     def describe(self) -> str:
         """`actor    devices=2 TP=1 PP=1 DP=2`, with `EP=2 expert-DP=1` for expert parallel."""
         line = f"{self.role:<8} devices={self.num_devices} TP={self.tp} PP={self.pp} DP={self.dp}"
-        return line + (f" EP={self.ep} expert-DP={self.expert_dp}" if self.ep > 1 else "")
+        line += f" EP={self.ep} expert-DP={self.expert_dp}" if self.ep > 1 else ""
+        return line + (f" ({self.layers})" if self.layers else "")
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,9 @@ class PlacementPlan:
 
 def _layout(role: RoleConfig) -> RoleLayout:
     ep = role.moe.expert_model_parallel_size
-    return RoleLayout(role.role, role.num_devices, role.tp, role.pp, role.dp, ep)
+    return RoleLayout(
+        role.role, role.num_devices, role.tp, role.pp, role.dp, ep, role.layer_layout.describe()
+    )
 
 
 def plan_placement(

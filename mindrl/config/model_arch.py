@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from mindrl.config.fates import no_effect, refused
 from mindrl.config.fields import spec
+from mindrl.config.layer_layout import parse_index_list
 from mindrl.families import registry
 from mindrl.families.llama import LLAMA
 
@@ -113,6 +114,11 @@ class ModelArchConfig:
         help="token dispatch over expert parallel ranks (alltoall_seq: MindSpeed's name, "
         "built as megatron's alltoall)",
     )
+    noop_layers: str | int | None = spec(
+        None,
+        help='MindSpeed\'s noop layers ("5,95"): global layer indices built as identity '
+        "layers without weights; num_layers counts them, the HF checkpoint does not",
+    )
 
     @property
     def family(self) -> str:
@@ -125,6 +131,24 @@ class ModelArchConfig:
                 f"(known: {', '.join(registry.MODEL_TYPE_HF_NAMES)})"
             )
         return family
+
+    @property
+    def noop_layer_indices(self) -> tuple[int, ...]:
+        """The noop layers' global indices, sorted (`config/layer_layout.py` checks them)."""
+        return tuple(sorted(set(parse_index_list(self.noop_layers, "noop_layers"))))
+
+    @property
+    def hf_num_layers(self) -> int:
+        """Layers of the HF checkpoint: the noop layers hold no weights there."""
+        return self.num_layers - len(self.noop_layer_indices)
+
+    def hf_layer(self, layer: int) -> int:
+        """The HF index of megatron's global layer `layer` (its noop layers skipped)."""
+        return layer - sum(1 for i in self.noop_layer_indices if i < layer)
+
+    def mcore_num_layers(self, hf_layers: int) -> int:
+        """megatron's num_layers for an HF model of `hf_layers` layers plus the noop ones."""
+        return hf_layers + len(self.noop_layer_indices)
 
     @property
     def is_moe(self) -> bool:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mindrl.config.fates import MINDSPEED, handed, honoured, no_effect, refused
+from mindrl.config.fates import MINDSPEED, handed, no_effect, refused
 from mindrl.config.fields import spec
+from mindrl.config.layer_layout import LayerLayout, layer_layout
 from mindrl.config.megatron_features import (
     LayerVariantConfig,
     LoRAConfig,
@@ -73,11 +74,9 @@ class ParallelConfig:
     )
     num_layer_list: str | int | None = spec(
         None,
-        fate=honoured("ParallelConfig.pipeline_model_parallel_size"),
-        help="layers per pipeline stage: accepted when it is the even split megatron builds "
-        "(num_layers / PP each); uneven stages are refused (not built)",
+        help='layers per pipeline stage ("16,17,16,15"; adds up to num_layers, one count '
+        "per PP stage): megatron-core's pipeline_model_parallel_layout",
     )
-    noop_layers: str | int | None = spec(None, fate=refused("noop layers: not built yet"))
     use_tp_pp_dp_mapping: bool = spec(
         False, fate=no_effect("ranks are ordered as megatron-core's parallel_state does by default")
     )
@@ -366,6 +365,14 @@ class RoleConfig:
     @property
     def pp(self) -> int:
         return self.parallel.pipeline_model_parallel_size
+
+    @property
+    def layer_layout(self) -> LayerLayout:
+        """num_layers over the pipeline stages (`num_layer_list`, else the even split) and the
+        noop layers; the config check has refused contradicting keys."""
+        return layer_layout(
+            self.model.num_layers, self.pp, self.parallel.num_layer_list, self.model.noop_layers
+        )
 
     @property
     def dp(self) -> int:

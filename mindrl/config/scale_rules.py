@@ -4,6 +4,7 @@ so a layout megatron would reject fails before any worker starts and names the Y
 
 from __future__ import annotations
 
+from mindrl.config.layer_layout import layout_problems
 from mindrl.config.role import ROLE_NAMES, RoleConfig
 
 
@@ -20,22 +21,15 @@ def scale_problems(role: RoleConfig) -> list[str]:
 
 
 def _stage_layers(role: RoleConfig) -> list[str]:
-    """MindSpeed's `num_layer_list` ("16,16,16,16"): the even split is what megatron builds
-    anyway; any other split is refused by name."""
-    listed = role.parallel.num_layer_list
-    if listed is None:
-        return []
-    try:
-        counts = [int(part) for part in str(listed).split(",")]
-    except ValueError:
-        return [f"num_layer_list: {listed!r} is not a comma-separated list of layer counts"]
-    layers, pp = role.model.num_layers, role.pp
-    if len(counts) == pp and sum(counts) == layers and len(set(counts)) == 1:
-        return []
-    return [
-        f"num_layer_list: {listed} is refused: uneven pipeline stages (num_layer_list): not "
-        f"built yet; mindrl builds num_layers / PP = {layers} / {pp} layers on every stage"
-    ]
+    """MindSpeed's `num_layer_list` and `noop_layers` against the model and the pipeline
+    (`config/layer_layout.py`), before anything is built."""
+    return layout_problems(
+        role.model.num_layers,
+        role.pp,
+        role.parallel.num_layer_list,
+        role.model.noop_layers,
+        virtual_pipeline=role.parallel.num_layers_per_virtual_pipeline_stage is not None,
+    )
 
 
 def _virtual_pipeline(role: RoleConfig) -> list[str]:

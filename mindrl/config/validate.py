@@ -45,7 +45,7 @@ def _role_layout_problems(role: RoleConfig, resource_key: str) -> list[str]:
             f"{sec}.tensor_model_parallel_size: {tp} does not divide the kv heads "
             f"(num_query_groups={m.num_kv_heads}) of model {m.name!r}"
         )
-    if m.num_layers % pp:
+    if m.num_layers % pp and role.parallel.num_layer_list is None:
         out.append(
             f"{sec}.pipeline_model_parallel_size: {pp} does not divide num_layers "
             f"({m.num_layers}) of model {m.name!r}"

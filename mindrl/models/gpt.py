@@ -18,11 +18,12 @@ import contextlib
 import dataclasses
 import importlib.util
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mindrl.accelerator import get_accelerator
 from mindrl.accelerator.megatron_shims import gloo_pipeline_overrides, tensor_cuda_is_identity
+from mindrl.config.layer_layout import layout_problems
 from mindrl.config.model_arch import ModelArchConfig
 from mindrl.models.dtypes import dtype_short_name, torch_dtype
 from mindrl.models.moe import moe_transformer_kwargs, validate_expert_layout
@@ -40,9 +41,17 @@ def te_available() -> bool:
     return importlib.util.find_spec("transformer_engine") is not None
 
 
-def validate_parallel_layout(arch: ModelArchConfig, tp: int, pp: int, ep: int = 1) -> None:
-    """Raise ValueError when TP/PP/EP cannot split this architecture (names the flag)."""
+def validate_parallel_layout(
+    arch: ModelArchConfig,
+    tp: int,
+    pp: int,
+    ep: int = 1,
+    num_layer_list: str | Sequence[int] | None = None,
+) -> None:
+    """Raise ValueError when TP/PP/EP (and MindSpeed's `num_layer_list` / `noop_layers`)
+    cannot split this architecture (names the flag)."""
     problems = validate_expert_layout(arch, ep)
+    problems += layout_problems(arch.num_layers, pp, num_layer_list, arch.noop_layers)
     for what, value in (
         ("num_attention_heads", arch.num_attention_heads),
         ("num_query_groups (kv heads)", arch.num_kv_heads),
@@ -53,13 +62,21 @@ def validate_parallel_layout(arch: ModelArchConfig, tp: int, pp: int, ep: int = 
                 f"--target-tensor-parallel-size {tp} does not divide {what}={value} "
                 "(tensor_parallel_size must divide it)"
             )
-    if arch.num_layers % pp:
+    if arch.num_layers % pp and not num_layer_list:
         problems.append(
             f"--target-pipeline-parallel-size {pp} does not divide num_layers={arch.num_layers} "
             "(pipeline_parallel_size must divide it)"
         )
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def stage_layer_counts(layout: Any) -> list[int] | None:
+    """Decoder layers per stage of a `pipeline_model_parallel_layout` given as a list of
+    lists (`LayerLayout.megatron_layout`), None without one."""
+    if layout is None:
+        return None
+    return [list(stage).count("decoder") for stage in layout]
 
 
 def _filter_fields(cls: type, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -126,6 +143,9 @@ def transformer_config_from_arch(
         attention_softmax_in_fp32=True,
         rotary_interleaved=False,
         sequence_parallel=False,
+        # noop layers leave holes in the stacked layer axis of a checkpoint: each layer is
+        # saved under its own global index instead
+        hetereogenous_dist_checkpoint=bool(arch.noop_layer_indices),
         **moe_transformer_kwargs(arch, expert_parallel_size),
     )
     if overrides:
@@ -145,6 +165,7 @@ def layer_spec(
     use_te: bool | None = None,
     vp_stage: int | None = None,
     lora: LoRAConfig | None = None,
+    noop_layers: Sequence[int] = (),
 ) -> Any:
     """The TE layer spec where transformer_engine is installed (or use_te=True), else local.
 
@@ -153,7 +174,8 @@ def layer_spec(
     does natively).
     Under sequence parallelism the local spec's torch norms are swapped for
     `SequenceParallelTorchNorm` (megatron's own refuses SP), in every layer of this rank's
-    chunk and in the block's final norm.
+    chunk and in the block's final norm. MindSpeed's `noop_layers` (global indices) become
+    identity layers without weights in this chunk's list of layer specs.
     """
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
@@ -169,7 +191,7 @@ def layer_spec(
                 "LoRA with Transformer Engine's fused norm + linear layers is not built "
                 "(mindrl's adapters wrap megatron's local linear layers)"
             )
-        return spec
+        return with_noop_layers(spec, None, config, vp_stage, noop_layers)
     fn = specs.get_gpt_layer_local_spec
     if "normalization" in inspect.signature(fn).parameters:
         spec = fn(qk_layernorm=config.qk_layernorm, normalization=config.normalization, **moe)
@@ -183,12 +205,7 @@ def layer_spec(
 
         spec = lora_layer_spec(spec, lora)
     if not config.sequence_parallel:
-        return spec
-    from megatron.core.transformer.transformer_block import (
-        TransformerBlockSubmodules,
-        get_num_layers_to_build,
-    )
-
+        return with_noop_layers(spec, None, config, vp_stage, noop_layers)
     from mindrl.accelerator.megatron_shims import SequenceParallelTorchNorm
 
     layer = dataclasses.replace(
@@ -199,10 +216,39 @@ def layer_spec(
             pre_mlp_layernorm=SequenceParallelTorchNorm,
         ),
     )
-    count = get_num_layers_to_build(config, vp_stage=vp_stage)
-    return TransformerBlockSubmodules(
-        layer_specs=[layer] * count, layer_norm=SequenceParallelTorchNorm
+    return with_noop_layers(layer, SequenceParallelTorchNorm, config, vp_stage, noop_layers)
+
+
+def with_noop_layers(
+    layer: Any,
+    final_norm: Any,
+    config: TransformerConfig,
+    vp_stage: int | None,
+    noop_layers: Sequence[int],
+) -> Any:
+    """`layer` for every layer of this chunk, an identity layer at each noop index; as
+    megatron's block spec when a layer or the final norm differs from the plain spec."""
+    if final_norm is None and not noop_layers:
+        return layer
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.transformer_block import (
+        TransformerBlockSubmodules,
+        get_num_layers_to_build,
     )
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    from mindrl.models.noop_layer import NoopTransformerLayer
+
+    count = get_num_layers_to_build(config, vp_stage=vp_stage)
+    offset = get_transformer_layer_offset(config, vp_stage=vp_stage)
+    noop = set(noop_layers)
+    identity = ModuleSpec(module=NoopTransformerLayer)
+    specs = [identity if offset + i in noop else layer for i in range(count)]
+    if final_norm is None:
+        from megatron.core.transformer.transformer_block import LayerNormImpl
+
+        final_norm = LayerNormImpl  # the norm megatron's block gives a plain layer spec
+    return TransformerBlockSubmodules(layer_specs=specs, layer_norm=final_norm)
 
 
 def build_gpt_model(
@@ -232,7 +278,8 @@ def build_gpt_model(
     tp = ps.get_tensor_model_parallel_world_size()
     pp = ps.get_pipeline_model_parallel_world_size()
     ep = ps.get_expert_model_parallel_world_size()
-    validate_parallel_layout(arch, tp, pp, ep)
+    layout = (config_overrides or {}).get("pipeline_model_parallel_layout")
+    validate_parallel_layout(arch, tp, pp, ep, stage_layer_counts(layout))
     if acc.dist_backend == "gloo":
         config_overrides = {**gloo_pipeline_overrides(), **(config_overrides or {})}
     config = transformer_config_from_arch(
@@ -255,7 +302,7 @@ def build_gpt_model(
     post_process = last if post_process is None else post_process
     kwargs: dict[str, Any] = dict(
         config=config,
-        transformer_layer_spec=layer_spec(config, use_te, vp_stage, lora),
+        transformer_layer_spec=layer_spec(config, use_te, vp_stage, lora, arch.noop_layer_indices),
         vocab_size=arch.padded_vocab_size(tp),
         max_sequence_length=arch.max_position_embeddings,
         pre_process=pre_process,

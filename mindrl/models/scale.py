@@ -47,6 +47,9 @@ def transformer_overrides(cfg: RoleConfig) -> dict[str, Any]:
         out["recompute_granularity"] = mem.recompute_granularity
         out["recompute_method"] = mem.recompute_method
         out["recompute_num_layers"] = mem.recompute_num_layers
+    stages = cfg.layer_layout.megatron_layout()
+    if stages is not None:  # MindSpeed's uneven num_layer_list
+        out["pipeline_model_parallel_layout"] = stages
     vpp = virtual_pipeline_size(cfg)
     if vpp is not None:
         out["virtual_pipeline_model_parallel_size"] = vpp

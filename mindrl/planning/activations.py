@@ -130,7 +130,7 @@ def stage_activations(
     full = layer_bytes(shape, seq).total * tokens
     sp = shape.tp if shape.sequence_parallel else 1
     checkpoint = shape.act_bytes * shape.arch.hidden_size * tokens / sp
-    per_chunk = shape.layers_per_stage // vpp
+    per_chunk = shape.layers_on_stage(stage) // vpp
     rc = shape.recompute
     if rc.granularity == "full":
         k = max(1, min(rc.num_layers, per_chunk))

@@ -73,15 +73,18 @@ class StageParams:
         return self.layers * self.layer_params + self.embedding + self.output + self.final_norm
 
 
-def stage_params(arch: ModelArchConfig, tp: int, pp: int, stage: int, ep: int = 1) -> StageParams:
-    """One rank's parameters at pipeline stage `stage` of `pp` (layers split evenly; with a
-    virtual pipeline the first chunk of stage 0 holds the embeddings and the last chunk of
-    the last stage the output layer, so the per-rank totals are the same)."""
+def stage_params(
+    arch: ModelArchConfig, tp: int, pp: int, stage: int, ep: int = 1, layers: int | None = None
+) -> StageParams:
+    """One rank's parameters at pipeline stage `stage` of `pp` (`layers` with weights there,
+    default the even split; with a virtual pipeline the first chunk of stage 0 holds the
+    embeddings and the last chunk of the last stage the output layer, so the per-rank totals
+    are the same)."""
     first, last = stage == 0, stage == pp - 1
     emb = embedding_params(arch, tp)
     output = emb if last and (not arch.tie_word_embeddings or pp > 1) else 0
     return StageParams(
-        layers=arch.num_layers // pp,
+        layers=arch.num_layers // pp if layers is None else layers,
         layer_params=layer_params(arch, tp, ep),
         embedding=emb if first else 0,
         output=output,
@@ -94,4 +97,4 @@ def model_params(arch: ModelArchConfig) -> int:
     what a model card states, and what the rollout engine loads."""
     emb = arch.vocab_size * arch.hidden_size
     output = 0 if arch.tie_word_embeddings else emb
-    return emb + output + arch.num_layers * layer_params(arch, 1) + arch.hidden_size
+    return emb + output + arch.hf_num_layers * layer_params(arch, 1) + arch.hidden_size

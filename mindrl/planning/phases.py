@@ -157,7 +157,9 @@ def _n_micro(run: RunConfig, shape: RoleShape) -> int:
 def stage_elements(run: RunConfig, shape: RoleShape, stage: int) -> tuple[int, int]:
     """(held, trained) parameters of one rank of a trained role's pipeline stage: with LoRA
     the actor holds base + adapters and trains (grads, optimizer state) the adapters only."""
-    base = stage_params(shape.arch, shape.tp, shape.pp, stage, shape.ep)
+    base = stage_params(
+        shape.arch, shape.tp, shape.pp, stage, shape.ep, shape.layers_on_stage(stage)
+    )
     if shape.role != "actor" or not run.actor.lora.enabled:
         return base.total, base.total
     adapters = base.layers * lora_layer_params(shape.arch, run.actor.lora, shape.tp)
@@ -226,7 +228,9 @@ def forward_ranks(
     masks = _rank_samples(run, shape.dp) * seq * seq
     out = []
     for stage in range(shape.pp):
-        n = stage_params(shape.arch, shape.tp, shape.pp, stage, shape.ep).total
+        n = stage_params(
+            shape.arch, shape.tp, shape.pp, stage, shape.ep, shape.layers_on_stage(stage)
+        ).total
         params: Parts = (("params", n * dtype),)
         parts = [*params, ("activations", forward_activations(shape, seq)), ("masks", masks)]
         if stage == shape.pp - 1:

@@ -101,15 +101,25 @@ class RoleShape:
     # CPU: megatron's local attention runs as torch's fused kernel (models/packed_attention.py)
     fused_local_attention: bool = False
     adam_bytes: int = 8  # Adam's two moments per trained parameter (fp32 unless narrowed)
+    # layers with weights on each pipeline stage (num_layer_list, noop layers left out);
+    # empty: num_layers split evenly
+    stage_layers: tuple[int, ...] = ()
 
     @property
     def act_bytes(self) -> int:
         """Bytes of one activation element: megatron computes in the parameters' dtype."""
         return DTYPE_BYTES[self.params_dtype]
 
+    def layers_on_stage(self, stage: int) -> int:
+        """Layers with weights on pipeline stage `stage`."""
+        if self.stage_layers:
+            return self.stage_layers[stage]
+        return self.arch.num_layers // self.pp
+
     @property
     def layers_per_stage(self) -> int:
-        return self.arch.num_layers // self.pp
+        """The largest stage's layers: the stage whose activations decide the peak."""
+        return max(self.layers_on_stage(s) for s in range(self.pp))
 
     def describe(self) -> str:
         vpp = f" VPP{self.vpp}" if self.vpp > 1 else ""
@@ -156,6 +166,7 @@ def role_shape(role: RoleConfig, backend: str) -> RoleShape:
         ep=role.moe.expert_model_parallel_size,
         fused_local_attention=backend == "cpu" and role.model.attention_dropout == 0,
         adam_bytes=_adam_bytes(role),
+        stage_layers=role.layer_layout.weighted_layers_per_stage(),
     )
 
 

@@ -502,7 +502,6 @@ REFUSED = [
     ("megatron_training.stage=dpo", "offline DPO (stage dpo): not built yet"),
     ("megatron_training.optimizer=sgd", "only the Adam optimizer is built"),
     ("megatron_training.split='90,10,0'", "train / valid / test split"),
-    ("megatron_training.num_layer_list='4,4'", "uneven pipeline stages"),
     ("actor_config.rope_scaling_type=yarn", "RoPE scaling"),
     ("actor_config.q_lora_rank=512", "MLA (DeepSeek-V3"),
 ]

@@ -1,7 +1,7 @@
 """LoRA's config rules and plan (MindSpeed-RL's GRPO-LoRA keys): the shared-backbone
 reference runs no processes of its own, the rules MindSpeed-RL enforces are enforced, the
-memory plan trains only the adapters, and MindSpeed's `num_layer_list` is accepted when it is
-the even split."""
+memory plan trains only the adapters, and MindSpeed's `num_layer_list` is accepted when it
+matches PP and num_layers."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def test_the_memory_plan_trains_the_adapters_only():
 @pytest.mark.parametrize(
     ("value", "ok"), [("'2'", True), ("'1,1'", False), ("'1'", False), ("'a,b'", False)]
 )
-def test_num_layer_list_is_accepted_as_the_even_split_only(value, ok):
+def test_num_layer_list_must_match_pp_and_num_layers(value, ok):
     override = f"++megatron_training.num_layer_list={value}"
     if ok:
         assert _load("grpo_tiny_cpu", override).actor.parallel.num_layer_list is not None
