@@ -315,6 +315,14 @@ class LoggingConfig:
 @dataclass(frozen=True)
 class LoopConfig:
     test_freq: int = spec(0, ge=0, help="validate every N steps; 0 disables")
+    max_consecutive_skipped_updates: int = spec(
+        3,
+        ge=0,
+        help="mindrl: optimizer updates skipped in a row (non-finite loss or grad norm, per "
+        "role) after which the run stops with an error naming the step, before its checkpoint "
+        "and the final HF export; while a streak runs, due checkpoints are deferred; 0: skip and "
+        "go on",
+    )
     val_before_train: bool = False
     val_only: bool = False
     val_data_path: str | None = None

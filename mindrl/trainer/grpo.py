@@ -158,9 +158,12 @@ class Progress:
 
 
 def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progress) -> None:
-    """Validation before training if asked, the steps, checkpoints, the final export."""
+    """Validation before training if asked, the steps, checkpoints, the final export. Too
+    many updates skipped in a row stop the run (NonFiniteTrainingError) before that step's
+    checkpoint and the export; a checkpoint due while a streak runs is deferred."""
     from mindrl.trainer.checkpointing import export_final
     from mindrl.trainer.interrupts import RunInterrupted
+    from mindrl.trainer.nonfinite_stop import SkippedUpdateStop
     from mindrl.trainer.profiling_steps import StepProfiling
 
     loop = t.run.rl.loop
@@ -172,6 +175,7 @@ def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progres
     pipeline = OneStepOffPipeline(t) if t.run.rl.resources.rollout_staleness else None
     partial = partial_rollout(t)
     profiling = StepProfiling(t.run.profiler, t.roles.groups)
+    skip_stop = SkippedUpdateStop(loop.max_consecutive_skipped_updates)
     try:
         for step in range(t.start_step, t.total_steps):
             between_phases()
@@ -181,7 +185,15 @@ def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progres
             progress.completed = step + 1
             if t.run.rl.logging.log_completions:
                 t.metrics.log_completions(step + 1, scored.completions)
-            if t.checkpoints.due(step + 1):
+            skip_stop.check(step + 1, metrics)
+            if t.checkpoints.due(step + 1) and skip_stop.defers_checkpoint(metrics):
+                streaks = skip_stop.streaks(metrics).items()
+                logger.warning(
+                    "step %d: checkpoint deferred while updates are skipped as non-finite (%s)",
+                    step + 1,
+                    ", ".join(f"{role}: {n} in a row" for role, n in streaks if n),
+                )
+            elif t.checkpoints.due(step + 1):
                 state = run_state_now(t, step + 1, pipeline, partial)
                 t.checkpoints.save(step + 1, t.roles.actor, state, t.roles.critic)
             if validation_due(t, step + 1):
@@ -242,13 +254,15 @@ def _log_validation(t: Trainer, step: int) -> None:
 
 
 def train(run: RunConfig, raw: dict[str, Any]) -> int:
-    """Run GRPO for `run`; 0 on success, 1 when a worker fails (named in the message), 2 for
-    a damaged checkpoint, 128 + N after signal N."""
+    """Run GRPO for `run`; 0 on success, 1 when a worker fails (named in the message) or
+    updates keep being skipped as non-finite, 2 for a damaged checkpoint, 128 + N after
+    signal N."""
     from mindrl.checkpoint.errors import CheckpointReadError
     from mindrl.cluster.errors import WorkerGroupError
     from mindrl.trainer.checkpointing import CheckpointWriter
     from mindrl.trainer.dynamic_sampling import DynamicSamplingError
     from mindrl.trainer.interrupts import RunInterrupted, stop_on_signals
+    from mindrl.trainer.nonfinite_stop import NonFiniteTrainingError
     from mindrl.trainer.setup import setup
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -269,6 +283,10 @@ def train(run: RunConfig, raw: dict[str, Any]) -> int:
             return stopped(exc.signum)
         except DynamicSamplingError as exc:
             print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except NonFiniteTrainingError as exc:
+            last = CheckpointWriter(run).latest_name() or "none"
+            print(f"error: {exc}; last checkpoint {last}", file=sys.stderr)
             return 1
         except CheckpointReadError as exc:
             print(f"error: damaged checkpoint: {exc}", file=sys.stderr)

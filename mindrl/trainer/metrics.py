@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from mindrl.workers.skipped_updates import consecutive_skipped_metric, skipped_updates_metric
+
 if TYPE_CHECKING:
     from mindrl.config.rl import LoggingConfig
     from mindrl.trainer.trackers import Trackers
@@ -48,6 +50,11 @@ _CONSOLE_TAIL: tuple[tuple[str, str, str], ...] = (
     ("actor/kl_loss", "kl_loss", ".4g"),
     ("actor/entropy", "entropy", ".4g"),
     ("grad_norm", "grad_norm", ".4g"),
+    # non-finite updates skipped: over the run, and in a row now; shown once there are any
+    (skipped_updates_metric("actor"), "skipped", "count"),
+    (consecutive_skipped_metric("actor"), "skipped_in_a_row", "count"),
+    (skipped_updates_metric("critic"), "critic_skipped", "count"),
+    (consecutive_skipped_metric("critic"), "critic_skipped_in_a_row", "count"),
     ("timing/step", "step_time", "time"),
     ("e2e_tps", "e2e_tps", ".1f"),
 )
@@ -116,7 +123,8 @@ def progress_prefix(step: int, total_steps: int, mean_step_seconds: float | None
 
 
 def console_fields(metrics: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(label, text) pairs of the key metrics, in a fixed order; absent metrics are skipped."""
+    """(label, text) pairs of the key metrics, in a fixed order; absent metrics are skipped,
+    and so are counts (format `count`) while they are 0."""
     names = [k[: -len(REWARD_MEAN_SUFFIX)] for k in metrics if k.endswith(REWARD_MEAN_SUFFIX)]
     names.sort(key=lambda n: ("/" in n, n))  # training rewards, then val/..., each by name
     spec = list(_CONSOLE_HEAD)
@@ -127,8 +135,12 @@ def console_fields(metrics: Mapping[str, Any]) -> list[tuple[str, str]]:
         if key not in metrics:
             continue
         value = to_float_or_none(metrics[key])
+        if fmt == "count" and not value:
+            continue
         if value is None:
             text = "nan"
+        elif fmt == "count":
+            text = str(int(value))
         elif fmt == "time":
             text = f"{value:.2f}s"
         else:

@@ -23,6 +23,7 @@ from mindrl.data.batch import SampleBatch, micro_batch_size
 from mindrl.data.packing import PackingSettings
 from mindrl.models.moe import moe_loss_metrics
 from mindrl.models.optimizer import TrainingOptimizer, clip_grads_to_norm
+from mindrl.workers.skipped_updates import SkippedUpdates
 from mindrl.workers.update_micro_batch import UpdateMicroBatch
 
 if TYPE_CHECKING:
@@ -213,7 +214,7 @@ class PolicyUpdater:
         self.clip_grad = clip_grad
         self.dp_size = dp_size
         self.seed = seed
-        self.skipped_updates = 0  # checkpointed: counts non-finite steps over the run
+        self.skips = SkippedUpdates()  # non-finite steps: over the run, and in a row now
 
     def mini_batches(self, size: int, step: int, epoch: int) -> list[Any]:
         """The rows of each mini-batch of `epoch` over this DP rank's chunk of `size` rows."""
@@ -255,7 +256,7 @@ class PolicyUpdater:
                     sums[k] = sums.get(k, 0.0) + v
                     counts[k] = counts.get(k, 0) + 1
         out = {k: sums[k] / counts[k] for k in sums}
-        out[f"{self.role}/skipped_updates"] = float(self.skipped_updates)
+        out.update(self.skips.metrics(self.role))
         out.update(phases)  # summed over mini-batches
         out[f"perf/padding_fraction_{self.role}_update"] = padding_fraction_over_dp(
             self.tokens["real"], self.tokens["fed"]
@@ -360,7 +361,7 @@ class PolicyUpdater:
         finite = math.isfinite(grad_norm) and all(math.isfinite(v) for v in out.values())
         prefix = "" if self.role == "actor" else f"{self.role}/"
         if found_inf or not finite:
-            self.skipped_updates += 1
+            self.skips.skipped()
             optimizer.zero_grad()
             logger.warning(
                 "%s: non-finite loss or grad norm (%s); update skipped", self.role, grad_norm
@@ -370,6 +371,7 @@ class PolicyUpdater:
         if self.clip_grad > 0:
             clip_grads_to_norm(optimizer, self.clip_grad, grad_norm)
         optimizer.step_with_ready_grads()
+        self.skips.applied()
         self.opt.scheduler.step(increment=1)
         phases["timing/update_optimizer"] += time.perf_counter() - started
         out[f"{prefix}grad_norm"] = grad_norm

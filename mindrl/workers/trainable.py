@@ -8,13 +8,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mindrl.workers.megatron_worker import MegatronModelWorker
+from mindrl.workers.skipped_updates import SkippedUpdates
 
 if TYPE_CHECKING:
     from mindrl.models.optimizer import TrainingOptimizer
 
 
 class CountsSkippedUpdates(Protocol):
-    skipped_updates: int
+    skips: SkippedUpdates
 
 
 class TrainableWorker(MegatronModelWorker):
@@ -77,7 +78,7 @@ class TrainableWorker(MegatronModelWorker):
         state = RankTrainState(
             optimizer=optimizer_state,
             scheduler=None if ckpt.no_save_optim else opt.scheduler.state_dict(),
-            skipped_updates=updater.skipped_updates,
+            skipped_updates=updater.skips.total,
             rng=None if ckpt.no_save_rng else RngState.capture(),
         )
         save_rank_state(iter_dir, self.info.rank, state)
@@ -105,7 +106,8 @@ class TrainableWorker(MegatronModelWorker):
             opt = self._opt()
             self._load_optimizer_state(iter_dir, state.optimizer)
             opt.scheduler.load_state_dict(state.scheduler)
-            self._updater().skipped_updates = state.skipped_updates
+            # the streak starts over: with the stop on, no checkpoint is saved inside one
+            self._updater().skips = SkippedUpdates(total=state.skipped_updates)
         if load_rng and state.rng is not None:
             state.rng.restore()
 

@@ -35,6 +35,8 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         "bad_grad_norm_nan": math.isnan(m_bad["grad_norm"]),
         "unchanged_after_bad": all(torch.equal(a, b) for a, b in zip(before, after_bad)),
         "skipped_after_good": float(m_good["actor/skipped_updates"]),
+        "in_a_row_after_bad": float(m_bad["actor/consecutive_skipped_updates"]),
+        "in_a_row_after_good": float(m_good["actor/consecutive_skipped_updates"]),
         "changed_after_good": any(not torch.equal(a, b) for a, b in zip(after_bad, after_good)),
         "good_grad_norm": float(m_good["grad_norm"]),
     }

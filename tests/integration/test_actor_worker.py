@@ -21,6 +21,8 @@ def test_non_finite_update_is_skipped_and_counted(fresh_process, tiny_model_dir)
     assert out["skipped_after_bad"] == 2 and out["bad_grad_norm_nan"]
     assert out["unchanged_after_bad"]
     assert out["skipped_after_good"] == 2  # the count persists; the finite batch is applied
+    # the streak the driver stops on: both updates of the NaN batch, then 0 once one applies
+    assert out["in_a_row_after_bad"] == 2 and out["in_a_row_after_good"] == 0
     assert out["changed_after_good"] and out["good_grad_norm"] > 0
 
 
