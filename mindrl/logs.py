@@ -18,7 +18,9 @@ runtime_env (`mindrl.cluster.ray_cluster.worker_env_vars` forwards ``MINDRL_*``)
 `setup_worker_logging()` when it starts (before vLLM is imported): without those variables
 (tests, tools, a plain script) it changes nothing.
 
-Only the standard library is imported here: this runs before torch, Ray or vLLM are loaded.
+Only the standard library (and `mindrl.storage`, which is standard library only) is imported
+here: this runs before torch, Ray or vLLM are loaded. A failed write to ``driver.log`` is kept
+(`driver_log_failure`) and stops the run at the next step, named.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+from mindrl.storage import StorageError, file_unlinked, write_failed
 
 LOG_DIR_ENV = "MINDRL_LOG_DIR"
 LOG_LEVEL_ENV = "MINDRL_LOG_LEVEL"
@@ -68,10 +72,64 @@ class ConsoleFilter(logging.Filter):
         return record.levelno >= floor
 
 
-def _file_handler(path: Path) -> logging.Handler:
-    handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+class LogFileHandler(logging.FileHandler):
+    """A log file that keeps its first failed write (a full disk, the file or its folder
+    removed) for `driver_log_failure`, instead of printing logging's "--- Logging error ---"
+    traceback and going on with lines lost."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, mode="a", encoding="utf-8")
+        self.path = path
+        self.failure: StorageError | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.failure is not None:
+            return
+        if self.stream is not None and file_unlinked(self.stream.fileno()):
+            self.failure = write_failed(
+                self.path.parent,
+                self.path.name,
+                FileNotFoundError(f"{self.path} was removed while the run wrote it"),
+            )
+            return
+        super().emit(record)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as exc:
+            self._keep(exc)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError as exc:  # the last buffered lines: kept as the failure, not raised
+            self._keep(exc)
+
+    def _keep(self, exc: OSError) -> None:
+        if self.failure is None:
+            self.failure = write_failed(self.path.parent, self.path.name, exc)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            self._keep(exc)
+            return
+        super().handleError(record)
+
+
+def _file_handler(path: Path) -> LogFileHandler:
+    handler = LogFileHandler(path)
     handler.setFormatter(logging.Formatter(_FILE_FORMAT))
     return handler
+
+
+def driver_log_failure() -> StorageError | None:
+    """The driver log file's failed write, if any (the trainer stops on it each step)."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, LogFileHandler) and handler.failure is not None:
+            return handler.failure
+    return None
 
 
 def _console_handler(stream: IO[str], fmt: str, own: int, other: int) -> logging.Handler:

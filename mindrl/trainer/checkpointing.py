@@ -16,9 +16,11 @@ from pathlib import Path
 
 from mindrl.checkpoint.atomic import verify_manifest, write_manifest
 from mindrl.checkpoint.errors import CheckpointReadError
+from mindrl.checkpoint.mcore_io import iteration_dir_name
 from mindrl.checkpoint.safe_load import check_dcp_folder
 from mindrl.checkpoint.train_state import MODEL_DIR, verify_rank_states
 from mindrl.config.run import RunConfig
+from mindrl.storage import StorageError, check_room, is_out_of_space, write_failed
 from mindrl.trainer.run_state import CheckpointDirs, RunState, load_run_state, save_run_state
 from mindrl.workers.critic import CRITIC_DIR
 from mindrl.workers.facades import ActorGroup, CriticGroup
@@ -80,19 +82,51 @@ def find_resume_point(run: RunConfig) -> ResumePoint | None:
         return _read_complete(dirs, older[-1], reads_rank_states)
 
 
+def checkpoint_bytes_estimate(run: RunConfig) -> int:
+    """A lower bound on one checkpoint's size from the parameter count: the actor's weights
+    in their dtype, plus Adam's two fp32 moments when the optimizer is saved (its fp32 master
+    copy and the critic's share are left out, so a save is never refused when it would fit)."""
+    from mindrl.planning.params import model_params
+
+    actor = run.actor
+    params = model_params(actor.model)
+    weight_bytes = 4 if actor.precision.params_dtype == "fp32" else 2
+    optimizer_bytes = 0 if actor.ckpt.no_save_optim or actor.lora.enabled else 8
+    return params * (weight_bytes + optimizer_bytes)
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
 class CheckpointWriter:
-    """Saves trainer checkpoints under `actor_config.save` on the configured steps."""
+    """Saves trainer checkpoints under `actor_config.save` on the configured steps.
+
+    A save that cannot fit is refused before it starts (the newest checkpoint's size, or
+    before the first one the parameter count, against the folder's free space), and one that
+    fails while writing for lack of space or because the folder vanished is named in one
+    line (`StorageError`); either way the previous checkpoint stays the newest."""
 
     def __init__(self, run: RunConfig) -> None:
         self.run = run
         save = run.actor.ckpt.save
         self.dirs = CheckpointDirs(save) if save else None
+        # the folder holds this run's checkpoints (resumed from, or committed): it must stay
+        self._folder_in_use = self.dirs is not None and self.dirs.latest() is not None
 
     def due(self, step: int) -> bool:
         interval = self.run.actor.ckpt.save_interval
         if self.dirs is None:
             return False
         return step == self.run.actor.optim.train_iters or (interval > 0 and step % interval == 0)
+
+    def expected_bytes(self) -> int:
+        """What the next checkpoint needs: as large as the newest one, else the estimate."""
+        assert self.dirs is not None
+        latest = self.dirs.latest()
+        if latest is not None:
+            return max(folder_bytes(self.dirs.iteration_dir(latest)), 1)
+        return checkpoint_bytes_estimate(self.run)
 
     def save(
         self, step: int, actor: ActorGroup, state: RunState, critic: CriticGroup | None = None
@@ -101,6 +135,14 @@ class CheckpointWriter:
         complete (a crash at any point leaves the previous checkpoint). PPO's critic saves
         into its `critic/` subfolder: one step, one folder, one manifest."""
         assert self.dirs is not None, "no actor_config.save folder"
+        root, what = self.dirs.root, f"checkpoint {iteration_dir_name(step)}"
+        if self._folder_in_use and not root.is_dir():
+            raise StorageError(
+                f"cannot write {what}: the save folder {root.absolute()} vanished during the "
+                "run (it held the checkpoints this run continues)"
+            )
+        needed = self.expected_bytes()
+        check_room(root, what, needed)
         pending = self.dirs.begin(step)
         try:
             actor.save_checkpoint(str(pending))
@@ -108,10 +150,17 @@ class CheckpointWriter:
                 critic.save_checkpoint(str(pending))
             save_run_state(pending, state)
             write_manifest(pending)
-        except BaseException:
+        except BaseException as exc:
             self.dirs.abort(step)
+            if isinstance(exc, Exception) and (is_out_of_space(exc) or not root.is_dir()):
+                raise write_failed(root, what, exc, needed) from None
             raise
-        final = self.dirs.commit(step)
+        try:
+            final = self.dirs.commit(step)
+        except Exception as exc:
+            self.dirs.abort(step)
+            raise write_failed(root, what, exc, needed) from None
+        self._folder_in_use = True
         self.dirs.prune(self.run.actor.ckpt.keep_last_n_checkpoints)
         return final
 
@@ -128,7 +177,12 @@ def export_final(run: RunConfig, actor: ActorGroup) -> Path:
     LoRA that is the merged model, and the adapters go beside it as a PEFT folder."""
     root = Path(run.actor.ckpt.save or run.output_dir)
     target = root / "hf_final"
-    actor.export_hf(str(target), run.actor.data.tokenizer_name_or_path)
+    try:
+        actor.export_hf(str(target), run.actor.data.tokenizer_name_or_path)
+    except Exception as exc:
+        if is_out_of_space(exc) or not root.is_dir():
+            raise write_failed(root, "the final HF export hf_final", exc) from None
+        raise
     logger.info("final actor exported to %s", target)
     if run.actor.lora.enabled:
         adapter = root / "hf_final_adapter"

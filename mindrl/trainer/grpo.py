@@ -161,6 +161,7 @@ def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progres
     """Validation before training if asked, the steps, checkpoints, the final export. Too
     many updates skipped in a row stop the run (NonFiniteTrainingError) before that step's
     checkpoint and the export; a checkpoint due while a streak runs is deferred."""
+    from mindrl.logs import driver_log_failure
     from mindrl.trainer.checkpointing import export_final
     from mindrl.trainer.interrupts import RunInterrupted
     from mindrl.trainer.nonfinite_stop import SkippedUpdateStop
@@ -183,6 +184,9 @@ def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progres
             metrics, scored = grpo_step(t, step, between_phases, pipeline, partial)
             t.metrics.log(step + 1, metrics)
             progress.completed = step + 1
+            log_failure = driver_log_failure()
+            if log_failure is not None:  # driver.log lost lines: stop rather than go on blind
+                raise log_failure
             if t.run.rl.logging.log_completions:
                 t.metrics.log_completions(step + 1, scored.completions)
             skip_stop.check(step + 1, metrics)
@@ -254,11 +258,12 @@ def _log_validation(t: Trainer, step: int) -> None:
 
 
 def train(run: RunConfig, raw: dict[str, Any]) -> int:
-    """Run GRPO for `run`; 0 on success, 1 when a worker fails (named in the message) or
-    updates keep being skipped as non-finite, 2 for a damaged checkpoint, 128 + N after
-    signal N."""
+    """Run GRPO for `run`; 0 on success, 1 when a worker fails, an output cannot be written
+    (named in the message) or updates keep being skipped as non-finite, 2 for a damaged
+    checkpoint, 128 + N after signal N."""
     from mindrl.checkpoint.errors import CheckpointReadError
     from mindrl.cluster.errors import WorkerGroupError
+    from mindrl.storage import StorageError
     from mindrl.trainer.checkpointing import CheckpointWriter
     from mindrl.trainer.dynamic_sampling import DynamicSamplingError
     from mindrl.trainer.interrupts import RunInterrupted, stop_on_signals
@@ -281,6 +286,9 @@ def train(run: RunConfig, raw: dict[str, Any]) -> int:
                 train_loop(t, stop.check, progress)
         except RunInterrupted as exc:
             return stopped(exc.signum)
+        except StorageError as exc:  # a full disk or a vanished folder: named, no trace
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         except DynamicSamplingError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

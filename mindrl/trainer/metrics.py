@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from mindrl.storage import file_unlinked, write_failed
 from mindrl.workers.skipped_updates import consecutive_skipped_metric, skipped_updates_metric
 
 if TYPE_CHECKING:
@@ -340,12 +341,15 @@ class MetricsLogger:
         if self._trackers is not None:
             self._trackers.close(failed)
             self._trackers = None
+        # a write that failed was already raised, named; closing must not mask it
         for fh in (self._metrics_fh, self._completions_fh):
             if fh is not None:
-                fh.close()
+                with contextlib.suppress(OSError):
+                    fh.close()
         self._metrics_fh = self._completions_fh = None
         if self._writer is not None:
-            self._writer.close()
+            with contextlib.suppress(Exception):
+                self._writer.close()
             self._writer = None
 
     def __enter__(self) -> MetricsLogger:
@@ -355,6 +359,17 @@ class MetricsLogger:
         self.close(failed=exc_type is not None)
 
     # ------------------------------------------------------------------ logging
+    @staticmethod
+    def _append(fh: IO[str], path: Path, text: str) -> None:
+        """Append and fsync; a failure (full disk, the file or its folder removed, so the
+        lines would reach no file) is a `StorageError` naming the file."""
+        try:
+            if file_unlinked(fh.fileno()):
+                raise FileNotFoundError(f"{path} was removed while the run wrote it")
+            _fsync_write(fh, text)
+        except OSError as exc:
+            raise write_failed(path.parent, path.name, exc) from None
+
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Record one step's metrics in every enabled sink (JSONL is fsynced before return)."""
         if self._metrics_fh is None:
@@ -371,12 +386,19 @@ class MetricsLogger:
 
         values = {str(k): to_float_or_none(v) for k, v in metrics.items()}
         record = {"step": int(step), "time": time.time(), **values}
-        _fsync_write(self._metrics_fh, json.dumps(record, allow_nan=False) + "\n")
+        self._append(
+            self._metrics_fh, self.metrics_path, json.dumps(record, allow_nan=False) + "\n"
+        )
         if self._writer is not None:
-            for key, value in values.items():
-                if value is not None:
-                    self._writer.add_scalar(key, value, global_step=int(step))
-            self._writer.flush()
+            try:
+                for key, value in values.items():
+                    if value is not None:
+                        self._writer.add_scalar(key, value, global_step=int(step))
+                self._writer.flush()  # raises what the writer's thread met
+            except Exception as exc:
+                raise write_failed(
+                    self.tensorboard_dir, f"TensorBoard events of step {step}", exc
+                ) from None
         if self._trackers:
             self._trackers.log(int(step), values)
         if self.console:
@@ -398,5 +420,5 @@ class MetricsLogger:
             + "\n"
             for rec in chosen
         ]
-        _fsync_write(self._completions_fh, "".join(lines))
+        self._append(self._completions_fh, self.completions_path, "".join(lines))
         return len(chosen)
