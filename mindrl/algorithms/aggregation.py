@@ -11,6 +11,10 @@ import torch
 
 from mindrl.algorithms.names import LOSS_AGG_MODES
 
+# the bound on a log ratio before it is exponentiated (exp(20) ~ 5e8): one wild token cannot
+# overflow a ratio in fp32; shared by the policy ratio, the KL estimators and TIS
+LOG_RATIO_CLAMP = 20.0
+
 WHITEN_EPS = 1e-8
 
 

@@ -18,11 +18,10 @@ from typing import NamedTuple
 
 import torch
 
-from mindrl.algorithms.aggregation import masked_mean, masked_sum
+from mindrl.algorithms.aggregation import LOG_RATIO_CLAMP, masked_mean, masked_sum
 from mindrl.algorithms.names import KL_ALIASES, KL_CTRL_TYPES, KL_TYPES
 from mindrl.algorithms.returns import outcome_token_rewards
 
-LOG_RATIO_CLAMP = 20.0
 K3_CLAMP = 10.0
 
 

@@ -31,10 +31,13 @@ from typing import NamedTuple
 
 import torch
 
-from mindrl.algorithms.aggregation import aggregate_loss, masked_mean, masked_sum
+from mindrl.algorithms.aggregation import (
+    LOG_RATIO_CLAMP,
+    aggregate_loss,
+    masked_mean,
+    masked_sum,
+)
 from mindrl.algorithms.names import POLICY_LOSS_MODES
-
-LOG_RATIO_CLAMP = 20.0
 
 
 class ClippedTokens(NamedTuple):

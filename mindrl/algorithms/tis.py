@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from mindrl.algorithms.aggregation import masked_mean
-
-LOG_RATIO_CLAMP = 20.0
+from mindrl.algorithms.aggregation import LOG_RATIO_CLAMP, masked_mean
 
 
 def _log_ratio(
