@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -70,10 +69,11 @@ def tail(text: str, lines: int = TAIL_LINES) -> str:
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on 127.0.0.1 right now (mindrl's pick, outside the range of outgoing
+    connections' source ports)."""
+    from mindrl.cluster.calls import free_port as node_free_port
+
+    return node_free_port("127.0.0.1")
 
 
 def kill_tree(pid: int) -> None:

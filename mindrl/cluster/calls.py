@@ -4,8 +4,10 @@ the object store, even data-parallel splits, one-line error reasons and the rend
 
 from __future__ import annotations
 
+import random
 import socket
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Union
 
 # A worker method: the function object itself (`ActorWorker.update`, what the role facades
@@ -28,10 +30,40 @@ def split_evenly(items: Sequence, parts: int) -> list[Sequence]:
     return [items[i * size : (i + 1) * size] for i in range(parts)]
 
 
-def free_port() -> int:
-    """A TCP port free on this node right now (bind to port 0 on every interface)."""
+# The lowest port a listening rendezvous is drawn from. Ports the kernel hands out itself (bind
+# to port 0) come from its range for the source ports of outgoing connections, so any process's
+# next connection can take one between the pick and the rendezvous's bind (EADDRINUSE); ports
+# drawn between this and the start of that range (and above Ray's worker ports) are not.
+LISTEN_PORT_LOW = 20000
+_LOCAL_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _outgoing_port_start() -> int:
+    """The first port of the kernel's range for outgoing connections (Linux's default where it
+    cannot be read)."""
+    try:
+        return int(_LOCAL_PORT_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(host: str = "") -> int:
+    """A TCP port free on `host` (every interface by default) right now, for a rendezvous to
+    bind next: drawn below the kernel's range for outgoing connections where there is room,
+    else the kernel's pick."""
+    high = _outgoing_port_start() - 1
+    if high - LISTEN_PORT_LOW >= 1000:
+        draw = random.SystemRandom()
+        for _ in range(64):
+            port = draw.randint(LISTEN_PORT_LOW, high)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
