@@ -26,6 +26,16 @@ class ToolConfigError(ValueError):
 
 
 _TOOLS: dict[str, type[Tool]] = {}
+# MindSpeed-RL's and verl's class paths of the tools mindrl has its own of
+_BUILTIN_NAMES = frozenset(
+    {
+        "mindspeed_rl.tools.retool.ReTool",
+        "mindspeed_rl.tools.sandbox_fusion_tool.SandboxFusionTool",
+        "mindspeed_rl.tools.search_tool.SearchTool",
+        "verl.tools.sandbox_fusion_tools.SandboxFusionTool",
+        "verl.tools.search_tool.SearchTool",
+    }
+)
 
 
 def register_tool(cls: type[Tool], *class_names: str) -> type[Tool]:
@@ -37,6 +47,28 @@ def register_tool(cls: type[Tool], *class_names: str) -> type[Tool]:
 
 def _load_builtin_tools() -> None:
     """Import the modules that register mindrl's own tools (kept lazy: they pull HTTP clients)."""
+    if _TOOLS.keys() >= _BUILTIN_NAMES:
+        return
+    from mindrl.tools.code_interpreter import CodeInterpreterTool, ReToolInterpreter
+    from mindrl.tools.search import SearchTool
+
+    register_tool(
+        CodeInterpreterTool,
+        "mindspeed_rl.tools.sandbox_fusion_tool.SandboxFusionTool",
+        "verl.tools.sandbox_fusion_tools.SandboxFusionTool",
+        "mindrl.tools.code_interpreter.CodeInterpreterTool",
+    )
+    register_tool(
+        ReToolInterpreter,
+        "mindspeed_rl.tools.retool.ReTool",
+        "mindrl.tools.code_interpreter.ReToolInterpreter",
+    )
+    register_tool(
+        SearchTool,
+        "mindspeed_rl.tools.search_tool.SearchTool",
+        "verl.tools.search_tool.SearchTool",
+        "mindrl.tools.search.SearchTool",
+    )
 
 
 def registered_class_names() -> list[str]:
