@@ -26,8 +26,9 @@ _GROUPED_COMMA = re.compile(r"(\d)(,)(\d\d\d)($|\D)")
 _TUPLE_CHARS = "()[]"
 
 
-def last_boxed_content(text: str) -> str | None:
-    """Content of the last `\\boxed{...}` (brace-matched, stripped); None if absent/open."""
+def last_boxed_content(text: str, strip: bool = True) -> str | None:
+    """Content of the last `\\boxed{...}` (brace-matched, stripped unless `strip` is False);
+    None if absent/open."""
     start = text.rfind(_BOX_OPEN)
     if start == -1:
         return None
@@ -36,7 +37,7 @@ def last_boxed_content(text: str) -> str | None:
     for i, char in enumerate(body):
         depth += (char == "{") - (char == "}")
         if depth == -1:
-            return body[:i].strip()
+            return body[:i].strip() if strip else body[:i]
     return None
 
 

@@ -11,6 +11,7 @@
 | format             | 1 / 0                       | `<think>..</think>` ws `<answer>..</answer>` (then a line break may follow) |
 | strict_format      | 1 / -0.5                    | each tag once, one box, ordered, exact start / end  |
 | step               | min(1, markers / 3)         | `Step N:`, `First,` ... counted                      |
+| retool_reward      | 1 / -1 + 0.1 x calls (<= 0) / same | last `\\boxed{}` in the last 100 of the last 300 characters, equal to the label as is |
 
 Each reads the response as given (no stripping): a leading space or a trailing newline
 changes `base_acc`, `format` and `strict_format` exactly as in MindSpeed-RL. Labels are
@@ -32,6 +33,8 @@ from mindrl.rewards.verifier_table import register_verifier
 
 ACC_CORRECT, ACC_WRONG, ACC_NO_BOX = 1.0, -0.5, -1.0
 STRICT_FORMAT_PASS, STRICT_FORMAT_FAIL = 1.0, -0.5
+RETOOL_CORRECT, RETOOL_WRONG, RETOOL_CALL_BONUS = 1.0, -1.0, 0.1
+_RETOOL_TAIL, _RETOOL_BOX_TAIL = 300, 100
 
 _CHAT_START = "<|im_start|>assistant"
 _STOP_WORDS = ("</s>", "<|im_end|>", "<|endoftext|>")
@@ -103,6 +106,23 @@ register_verifier("acc_for_ppo")(math_17k_acc)  # MindSpeed-RL's PPO name, the s
 def acc_for_dapo(response: str, label: str, meta: SampleMeta | None = None) -> float:
     """DAPO's Minerva check of the last `Answer: X` line: 1.0 or -1.0."""
     return minerva_score(response, label)
+
+
+@register_verifier("retool_reward")
+def retool_reward(response: str, label: str, meta: SampleMeta | None = None) -> float:
+    """MindSpeed-RL's ReTool reward: DAPO's strict box check, and 0.1 per tool call on a miss.
+
+    Correct (the last `\\boxed{}` in the response's last 100 of its last 300 characters holds
+    exactly the label): 1. Otherwise -1, raised by 0.1 per tool call the sample made
+    (`meta.tool_calls`, filled by the agent loop) but never above 0. Without a count the
+    bonus is not given, as in MindSpeed-RL when its rollout passes no counts.
+    """
+    answer = last_boxed_content(response[-_RETOOL_TAIL:][-_RETOOL_BOX_TAIL:], strip=False)
+    score = RETOOL_CORRECT if answer is not None and answer == label else RETOOL_WRONG
+    calls = meta.tool_calls if meta is not None else None
+    if calls and score < 0:
+        score = min(0.0, score + calls * RETOOL_CALL_BONUS)
+    return score
 
 
 @register_verifier("math_verify_reward")

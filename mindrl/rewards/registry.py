@@ -68,7 +68,7 @@ def verifier_names() -> list[str]:
 
 def unsupported_verifier_reason(name: str) -> str | None:
     """Why a MindSpeed-RL verifier name is refused (None for any other name): the sentence
-    reads after the quoted name, e.g. "'retool_reward' is MindSpeed-RL's ReTool reward, ..."."""
+    reads after the quoted name ("'NAME' is ...")."""
     return None if name in VERIFIERS else UNSUPPORTED_VERIFIERS.get(name)
 
 

@@ -73,7 +73,8 @@ class SampleMeta:
     response_length: generated tokens (what cosine / soft_overlong measure);
     max_length: the generation limit for this sample (sampling max_tokens);
     finish_reason: the engine's reason, e.g. "stop" or "length" (truncated);
-    extra: other dataset columns, for custom verifiers.
+    extra: other dataset columns, for custom verifiers;
+    tool_calls: the tool calls of a multi-turn tool rollout (None without tools; retool_reward).
     """
 
     response_length: int | None = None
@@ -81,6 +82,7 @@ class SampleMeta:
     finish_reason: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     params: RewardParams = field(default_factory=RewardParams)
+    tool_calls: int | None = None
 
     @property
     def truncated(self) -> bool:

@@ -14,14 +14,7 @@ VERIFIERS: dict[str, VerifierFn] = {}
 
 # MindSpeed-RL verifier names mindrl refuses, with the reason; a custom verifier file may
 # still register one of these names with its own function.
-UNSUPPORTED_VERIFIERS: dict[str, str] = {
-    "retool_reward": (
-        "is MindSpeed-RL's ReTool reward, which credits the tool calls of multi-turn "
-        "tool-use rollouts (rl_config.multi_turn_enable); mindrl has no multi-turn tool "
-        "rollouts. For a strict boxed-answer reward without tools, use acc or math_17k_acc, "
-        "or register your own retool_reward through rl_config.verifier_files"
-    ),
-}
+UNSUPPORTED_VERIFIERS: dict[str, str] = {}
 
 
 def register_verifier(name: str) -> Callable[[VerifierFn], VerifierFn]:

@@ -31,13 +31,10 @@ def score(name, response, label="", meta=None):
     return get_verifier(name)(response, label, meta)
 
 
-def test_names_are_registered_and_retool_reward_is_refused_with_its_reason():
+def test_names_are_registered_and_retool_reward_is_no_longer_refused():
     assert set(NAMES) <= set(verifier_names())
-    assert "retool_reward" not in verifier_names()
-    reason = unsupported_verifier_reason("retool_reward")
-    assert reason is not None and "multi-turn" in reason
-    with pytest.raises(KeyError, match="multi-turn"):
-        get_verifier("retool_reward")
+    assert "retool_reward" in verifier_names()
+    assert unsupported_verifier_reason("retool_reward") is None
     assert unsupported_verifier_reason("acc") is None
     assert unsupported_verifier_reason("no_such_name") is None
 

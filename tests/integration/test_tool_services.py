@@ -1,0 +1,200 @@
+"""The built-in tools against mindrl's embedded servers on 127.0.0.1, loaded from MindSpeed-RL's YAML.
+
+The code interpreter (success, non-zero exit, timeout, server down), ReTool's code preparation,
+the search tool's top-k order on a corpus made here, the start of embedded servers where a
+loopback URL does not answer, and the dry-run check naming a remote service that is down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mindrl.tools.base import Tool
+from mindrl.tools.code_interpreter import CodeInterpreterTool, ReToolInterpreter
+from mindrl.tools.local_servers import ToolServiceError, check_tool_services, ensure_local_servers
+from mindrl.tools.registry import load_tools, read_tool_config
+from mindrl.tools.retrieval_server import RetrievalServer
+from mindrl.tools.sandbox_server import SandboxLimits, SandboxServer
+from mindrl.tools.search import SearchTool
+
+RETOOL_YAML = """tools:
+  - class_name: "mindspeed_rl.tools.retool.ReTool"
+    config:
+      sandbox_fusion_url: "{url}"
+      num_workers: 4
+      enable_global_rate_limit: true
+      rate_limit: 4
+      default_timeout: {timeout}
+      default_language: "python"
+      memory_limit_mb: 512
+      type: native
+    tool_schema:
+      type: "function"
+      function:
+        name: "code_interpreter"
+        description: "A tool for executing code."
+        parameters:
+          type: "object"
+          properties:
+            code: {{type: "string", description: "The code to execute."}}
+          required: ["code"]
+"""
+
+SEARCH_YAML = """tools:
+  - class_name: "mindspeed_rl.tools.search_tool.SearchTool"
+    config:
+      retrieval_service_url: "{url}"
+      num_workers: 4
+      rate_limit: 4
+      timeout: 30
+      topk: 2
+      type: native
+{extra}
+    tool_schema:
+      type: "function"
+      function:
+        name: "search"
+        description: "Searches the web."
+        parameters:
+          type: "object"
+          properties:
+            query_list: {{type: "array", item: {{type: "string"}}}}
+          required: ["query_list"]
+"""
+
+CORPUS = [
+    {"id": "1", "contents": "Paris\nParis is the capital of France."},
+    {"id": "2", "contents": "Berlin\nBerlin is the capital of Germany, on the Spree."},
+    {"id": "3", "contents": "Spree\nThe Spree river flows through Berlin. Spree, Spree."},
+    {"id": "4", "contents": "Cooking\nA recipe for bread."},
+]
+
+
+def free_loopback_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[SandboxServer]:
+    server = SandboxServer(SandboxLimits(max_concurrent=2)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in CORPUS))
+    return path
+
+
+def load_one(tmp_path: Path, text: str) -> Tool:
+    (tmp_path / "tools.yaml").write_text(text)
+    (tool,) = load_tools(tmp_path / "tools.yaml").values()
+    return tool
+
+
+def call(tool: Tool, arguments: dict[str, object]):  # type: ignore[no-untyped-def]
+    async def go():  # type: ignore[no-untyped-def]
+        await tool.create("0")
+        try:
+            return await tool.execute("0", arguments)
+        finally:
+            await tool.release("0")
+            await tool.close()
+
+    return asyncio.run(go())
+
+
+def test_retool_runs_code_and_reports_errors_and_timeouts(
+    sandbox: SandboxServer, tmp_path: Path
+) -> None:
+    tool = load_one(tmp_path, RETOOL_YAML.format(url=sandbox.url, timeout=3))
+    assert isinstance(tool, ReToolInterpreter)
+    # ReTool: the fenced block is taken and its last expression printed
+    ok = call(tool, {"code": "Let me compute.\n```python\nx = 12345 * 6789\nx\n```"})
+    assert ok.error is None and ok.text.strip() == str(12345 * 6789)
+    failed = call(tool, {"code": "int('bad input')"})
+    assert failed.error == "error" and "ValueError: invalid literal" in failed.text
+    slow = call(tool, {"code": "import time\ntime.sleep(30)", "timeout": 1})
+    assert slow.error == "timeout" and "time limit (1 s)" in slow.text
+    bad = call(tool, {"cod": "print(1)"})
+    assert bad.error == "bad_call"
+
+
+def test_the_sandbox_fusion_tool_sends_code_unchanged(
+    sandbox: SandboxServer, tmp_path: Path
+) -> None:
+    text = RETOOL_YAML.format(url=sandbox.url, timeout=5).replace(
+        "mindspeed_rl.tools.retool.ReTool", "verl.tools.sandbox_fusion_tools.SandboxFusionTool"
+    )
+    tool = load_one(tmp_path, text)
+    assert type(tool) is CodeInterpreterTool
+    result = call(tool, {"code": "x = 2 + 2\nx"})  # no print added: no output
+    assert result.error is None and result.text == ""
+    assert (
+        call(tool, {"code": "import sys\nprint('out'); print('err', file=sys.stderr)"}).text
+        == "out\nerr\n"
+    )
+
+
+def test_a_sandbox_that_is_down_is_an_error_result(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_loopback_port()}/run_code"
+    tool = load_one(tmp_path, RETOOL_YAML.format(url=url, timeout=2))
+    result = call(tool, {"code": "print(1)"})
+    assert result.error == "server_down" and url in result.text
+
+
+def test_search_returns_the_top_k_passages_in_bm25_order(corpus: Path, tmp_path: Path) -> None:
+    server = RetrievalServer(corpus).start()
+    try:
+        tool = load_one(tmp_path, SEARCH_YAML.format(url=server.url, extra=""))
+        assert isinstance(tool, SearchTool)
+        result = call(tool, {"query_list": ["Spree river", "capital of France"]})
+        assert result.error is None
+        spree, france = json.loads(result.text)["result"].split("\n---\n")
+        assert spree.startswith("Doc 1 (Title: Spree)\n") and "Doc 2 (Title: Berlin)" in spree
+        assert "Doc 3" not in spree  # topk: 2
+        assert france.startswith("Doc 1 (Title: Paris)\nParis is the capital of France.")
+        assert call(tool, {"query_list": "not a list"}).error is None  # one query as a string
+        assert call(tool, {"query_list": []}).error == "bad_call"
+    finally:
+        server.stop()
+
+
+def test_embedded_servers_start_where_a_loopback_url_does_not_answer(
+    corpus: Path, tmp_path: Path
+) -> None:
+    code_url = f"http://localhost:{free_loopback_port()}/run_code"
+    search_url = f"http://127.0.0.1:{free_loopback_port()}/retrieve"
+    code_tool = load_one(tmp_path, RETOOL_YAML.format(url=code_url, timeout=10))
+    search_tool = load_one(
+        tmp_path, SEARCH_YAML.format(url=search_url, extra=f"      retrieval_corpus: {corpus}")
+    )
+    tools = {"code_interpreter": code_tool, "search": search_tool}
+    with ensure_local_servers(tools) as servers:
+        assert len(servers.servers) == 2
+        assert call(code_tool, {"code": "print(7 * 6)"}).text == "42\n"
+        assert "Paris" in call(search_tool, {"query_list": ["France"]}).text
+    assert call(code_tool, {"code": "print(1)"}).error == "server_down"  # stopped at the end
+
+
+def test_a_service_that_cannot_be_stood_in_for_is_named(tmp_path: Path) -> None:
+    remote = "http://192.0.2.1:9/run_code"  # TEST-NET-1: never answers
+    (tmp_path / "remote.yaml").write_text(RETOOL_YAML.format(url=remote, timeout=5))
+    problems = check_tool_services(read_tool_config(tmp_path / "remote.yaml"))
+    assert problems == [f"tool code_interpreter: {remote} does not answer"]
+    with pytest.raises(ToolServiceError, match="does not answer"):
+        ensure_local_servers(load_tools(tmp_path / "remote.yaml"))
+    local = f"http://127.0.0.1:{free_loopback_port()}/retrieve"
+    (tmp_path / "search.yaml").write_text(SEARCH_YAML.format(url=local, extra=""))
+    (problem,) = check_tool_services(read_tool_config(tmp_path / "search.yaml"))
+    assert "retrieval_corpus" in problem
