@@ -106,11 +106,14 @@ class LoopbackServer:
 
             def _answer(self, status: int, document: Mapping[str, Any]) -> None:
                 body = json.dumps(document).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting
+                    logger.debug("%s left before its answer", self.address_string())
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 if self.path.rstrip("/") in ("", "/health", "/v1/ping"):

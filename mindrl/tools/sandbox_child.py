@@ -12,7 +12,8 @@ only the standard library and nothing of mindrl. In order:
    process count, file size, no core files), then Landlock (writes only under the working
    directory; TCP connect / bind denied from ABI 4; signals and abstract unix sockets scoped
    to the sandbox from ABI 6), then ``execve`` of the Python interpreter on the code file.
-   The launcher waits and exits with the child's status.
+   The launcher waits and exits with the child's status. Both die with their parent
+   (``PR_SET_PDEATHSIG``), so a server that dies mid-run leaves no run behind.
 
 ``--probe`` prints which layers this machine grants, as JSON, and exits.
 """
@@ -23,12 +24,14 @@ import ctypes
 import json
 import os
 import resource
+import signal
 import sys
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_PDEATHSIG = 1
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 LANDLOCK_RULE_PATH_BENEATH = 1
 NOBODY = 65534  # the id the code runs as inside its user namespace: no capabilities after exec
@@ -132,6 +135,13 @@ def _enter_namespaces() -> list[str]:
     return []
 
 
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL when the parent goes (a server that dies mid-run must not leave its runs behind)."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() not in (parent, 0):  # it went first (0: a parent outside our pid namespace)
+        os._exit(137)
+
+
 def _limit(kind: int, value: int) -> None:
     resource.setrlimit(kind, (value, value))
 
@@ -170,10 +180,13 @@ def main() -> None:
         os.waitpid(pid, 0)
         return
     spec = json.loads(sys.argv[1])
+    _die_with_parent(int(spec["server_pid"]))
     _join_pids_cgroup(str(spec.get("pids_cgroup") or ""))
     _enter_namespaces()
+    launcher = os.getpid()
     pid = os.fork()
     if pid == 0:
+        _die_with_parent(launcher)
         _run_child(spec)
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):

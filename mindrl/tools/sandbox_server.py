@@ -290,6 +290,7 @@ class SandboxServer:
             "max_processes": limits.max_processes,
             "file_bytes": limits.max_file_bytes,
             "pids_cgroup": str(cgroup or ""),
+            "server_pid": os.getpid(),
             "argv": [sys.executable, "-I", "main.py"],
             "env": {
                 "PATH": "/usr/local/bin:/usr/bin:/bin",

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import socket
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,10 +23,11 @@ import pytest
 
 from mindrl.tools.base import Tool
 from mindrl.tools.code_interpreter import CodeInterpreterTool, ReToolInterpreter
+from mindrl.tools.http_service import LoopbackServer, port_answers
 from mindrl.tools.local_servers import ToolServiceError, check_tool_services, ensure_local_servers
 from mindrl.tools.registry import load_tools, read_tool_config
 from mindrl.tools.retrieval_server import RetrievalServer
-from mindrl.tools.sandbox_server import SandboxLimits, SandboxServer
+from mindrl.tools.sandbox_server import PIDS_CGROUP_V1, SandboxLimits, SandboxServer
 from mindrl.tools.search import SearchTool
 
 RETOOL_YAML = """tools:
@@ -198,3 +205,114 @@ def test_a_service_that_cannot_be_stood_in_for_is_named(tmp_path: Path) -> None:
     (tmp_path / "search.yaml").write_text(SEARCH_YAML.format(url=local, extra=""))
     (problem,) = check_tool_services(read_tool_config(tmp_path / "search.yaml"))
     assert "retrieval_corpus" in problem
+
+
+def sandbox_processes() -> dict[int, str]:
+    """Processes whose working directory is a run directory of a sandbox, with that directory."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cwd = os.readlink(entry / "cwd")
+            except OSError:
+                continue
+            if Path(cwd).name.startswith("mindrl-sandbox-"):
+                found[int(entry.name)] = cwd
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_a_server_that_dies_mid_run_costs_only_the_call_in_flight(tmp_path: Path) -> None:
+    port = free_loopback_port()
+    url = f"http://127.0.0.1:{port}/run_code"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mindrl.tools.sandbox_server", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    runs: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while not port_answers(url) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        tool = load_one(tmp_path, RETOOL_YAML.format(url=url, timeout=30))
+
+        async def run_while_the_server_dies():  # type: ignore[no-untyped-def]
+            call = asyncio.ensure_future(
+                tool.execute("0", {"code": "import time\ntime.sleep(60)\n1"})
+            )
+            seen: dict[int, str] = {}
+            while len(seen) < 2 and time.monotonic() < deadline:  # the launcher and the code
+                await asyncio.sleep(0.2)
+                seen = sandbox_processes()
+            server.kill()
+            result = await call
+            await tool.close()
+            return result, seen
+
+        result, found = asyncio.run(run_while_the_server_dies())
+        runs.update(found)
+        assert len(runs) >= 2
+        assert result.error == "server_down"
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in runs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(alive(pid) for pid in runs)  # the run died with its server
+    finally:
+        server.kill()
+        server.wait()
+        for workdir in set(runs.values()):  # what a killed server could not remove
+            shutil.rmtree(workdir, ignore_errors=True)
+            cgroup = PIDS_CGROUP_V1 / Path(workdir).name
+            if cgroup.is_dir():
+                cgroup.rmdir()
+
+
+class SlowRetrieval:
+    """A /retrieve handler that takes ``seconds`` and records the most requests it held at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.active, self.most = seconds, 0, 0
+        self.lock = threading.Lock()
+
+    def __call__(self, request: dict[str, object]) -> tuple[int, dict[str, object]]:
+        with self.lock:
+            self.active += 1
+            self.most = max(self.most, self.active)
+        time.sleep(self.seconds)
+        with self.lock:
+            self.active -= 1
+        return 200, {"result": [[{"document": {"id": "1", "contents": "T\\nx"}, "score": 1.0}]]}
+
+
+def test_num_workers_bounds_the_calls_in_flight_and_timeout_bounds_each(tmp_path: Path) -> None:
+    handler = SlowRetrieval(seconds=0.5)
+    server = LoopbackServer(routes={"/retrieve": handler}, health={}).start()
+    try:
+        text = SEARCH_YAML.format(
+            url=server.url("/retrieve"), extra="      enable_global_rate_limit: false"
+        )
+        tool = load_one(tmp_path, text.replace("num_workers: 4", "num_workers: 2"))
+
+        async def six_calls():  # type: ignore[no-untyped-def]
+            results = await asyncio.gather(
+                *(tool.execute(str(i), {"query_list": ["q"]}) for i in range(6))
+            )
+            await tool.close()
+            return results
+
+        results = asyncio.run(six_calls())
+        assert all(result.error is None for result in results)
+        assert handler.most == 2
+        handler.seconds = 5.0
+        slow = load_one(tmp_path, text.replace("timeout: 30", "timeout: 1"))
+        result = call(slow, {"query_list": ["q"]})
+        assert result.error == "timeout" and "within 1 s" in result.text
+    finally:
+        server.stop()

@@ -108,3 +108,13 @@ def test_bm25_ranks_as_the_formula_does() -> None:
     assert [i for i, _ in hits] == sorted(range(4), key=lambda i: -expected[i])[:3]
     assert [score for _, score in hits] == pytest.approx(sorted(expected, reverse=True)[:3])
     assert index.search("nothing matches", topk=3) == []
+
+
+def test_the_global_rate_limit_is_one_limiter_for_all_tools() -> None:
+    first = CodeInterpreterTool({"sandbox_fusion_url": URL, "rate_limit": 8}, SCHEMA)
+    second = SearchTool({"retrieval_service_url": URL, "rate_limit": 8}, ToolSchema(name="search"))
+    alone = CodeInterpreterTool(
+        {"sandbox_fusion_url": URL, "enable_global_rate_limit": False}, SCHEMA
+    )
+    assert first._limit is not None and first._limit is second._limit
+    assert alone._limit is None
