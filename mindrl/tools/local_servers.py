@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from mindrl.tools.base import Tool
@@ -49,69 +50,101 @@ class ToolServiceError(RuntimeError):
     """A tool's service is down and mindrl cannot start one in its place."""
 
 
-def _service(tool: Tool) -> tuple[str, str | None] | None:
-    """(URL, corpus) of a built-in service tool, None for a tool without a service."""
-    if isinstance(tool, CodeInterpreterTool):
-        return tool.url, None
-    if isinstance(tool, SearchTool):
-        return tool.url, tool.corpus or ""
+@dataclass(frozen=True)
+class _Service:
+    """A built-in tool's service: its URL and, for search, the corpus an embedded server reads."""
+
+    tool: str
+    kind: str  # "sandbox" or "retrieval"
+    url: str
+    corpus: str = ""
+
+    def needs_stand_in(self, taken: Mapping[int, str]) -> bool:
+        """False when the service answers, or is an embedded server of its kind already."""
+        port = host_port(self.url)[1]
+        if is_loopback(self.url) and port in taken:
+            return taken[port] != self.kind  # another kind there: a conflict problem() names
+        return not port_answers(self.url)
+
+    def problem(self, taken: Mapping[int, str]) -> str | None:
+        """Why mindrl cannot stand in for this service when it does not answer (None: it can)."""
+        if not is_loopback(self.url):
+            return f"tool {self.tool}: {self.url} does not answer"
+        port = host_port(self.url)[1]
+        if taken.get(port, self.kind) != self.kind:
+            return (
+                f"tool {self.tool}: {self.url} does not answer, and port {port} is already "
+                f"mindrl's embedded {taken[port]} server; give each service its own port"
+            )
+        if self.kind == "retrieval" and not self.corpus:
+            return (
+                f"tool {self.tool}: {self.url} does not answer, and without config.retrieval_corpus "
+                "(a JSONL file of {id, contents}) mindrl cannot start a retrieval server there"
+            )
+        if self.kind == "retrieval" and not Path(self.corpus).is_file():
+            return f"tool {self.tool}: {self.url} does not answer and retrieval_corpus {self.corpus} does not exist"
+        return None
+
+
+def _service(name: str, cls: type[Tool], config: Mapping[str, Any]) -> _Service | None:
+    if issubclass(cls, CodeInterpreterTool):
+        return _Service(name, "sandbox", str(config.get("sandbox_fusion_url") or ""))
+    if issubclass(cls, SearchTool):
+        url = str(config.get("retrieval_service_url") or "")
+        return _Service(name, "retrieval", url, str(config.get("retrieval_corpus") or ""))
     return None
 
 
 def ensure_local_servers(tools: Mapping[str, Tool], memory_mb: int | None = None) -> LocalServers:
     """Start an embedded server for each loopback URL where nothing answers; raise for the rest."""
     started = LocalServers()
-    taken: set[tuple[str, int]] = set()
+    taken: dict[int, str] = {}
     try:
         for name, tool in tools.items():
-            service = _service(tool)
-            if service is None:
+            service = _service(name, type(tool), tool.config)
+            if service is None or not service.url:
                 continue
-            url, corpus = service
-            address = host_port(url)
-            if address in taken or port_answers(url):
+            if not service.needs_stand_in(taken):
                 continue
-            if not is_loopback(url):
-                raise ToolServiceError(f"tool {name}: {url} does not answer")
-            if corpus is None:
+            port = host_port(service.url)[1]
+            problem = service.problem(taken)
+            if problem is not None:
+                raise ToolServiceError(problem)
+            if service.kind == "sandbox":
                 limits = SandboxLimits(
                     default_memory_mb=memory_mb or SandboxLimits.default_memory_mb
                 )
-                started.servers.append(SandboxServer(limits, port=address[1]).start())
-            elif corpus:
-                started.servers.append(RetrievalServer(corpus, port=address[1]).start())
+                started.servers.append(SandboxServer(limits, port=port).start())
             else:
-                raise ToolServiceError(
-                    f"tool {name}: {url} does not answer, and without config.retrieval_corpus "
-                    "(a JSONL file of {id, contents}) mindrl cannot start a retrieval server there"
-                )
-            taken.add(address)
-            logger.info("tool %s: nothing answered at %s, embedded server started there", name, url)
+                started.servers.append(RetrievalServer(service.corpus, port=port).start())
+            taken[port] = service.kind
+            logger.info(
+                "tool %s: nothing answered at %s, embedded %s server started there",
+                name,
+                service.url,
+                service.kind,
+            )
     except BaseException:
         started.stop()
         raise
     return started
 
 
-def check_tool_services(entries: Sequence[ToolEntry], base_dir: Any = ".") -> list[str]:
+def check_tool_services(entries: Sequence[ToolEntry], base_dir: Path | str = ".") -> list[str]:
     """One line per tool whose service is down and cannot be stood in for (the dry run warns)."""
     problems = []
+    planned: dict[int, str] = {}
     for entry in entries:
-        cls = tool_class(entry.class_name, base_dir)
-        if issubclass(cls, CodeInterpreterTool):
-            url, corpus = str(entry.config.get("sandbox_fusion_url") or ""), None
-        elif issubclass(cls, SearchTool):
-            url = str(entry.config.get("retrieval_service_url") or "")
-            corpus = str(entry.config.get("retrieval_corpus") or "")
+        service = _service(
+            entry.schema.name, tool_class(entry.class_name, Path(base_dir)), entry.config
+        )
+        if service is None or not service.url:
+            continue
+        if not service.needs_stand_in(planned):
+            continue
+        problem = service.problem(planned)
+        if problem is not None:
+            problems.append(problem)
         else:
-            continue
-        if not url or port_answers(url):
-            continue
-        if not is_loopback(url):
-            problems.append(f"tool {entry.schema.name}: {url} does not answer")
-        elif corpus == "":
-            problems.append(
-                f"tool {entry.schema.name}: {url} does not answer and no config.retrieval_corpus "
-                "names a corpus for mindrl's embedded retrieval server"
-            )
+            planned[host_port(service.url)[1]] = service.kind
     return problems

@@ -26,6 +26,7 @@ import os
 import resource
 import signal
 import sys
+from typing import Any
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -146,16 +147,16 @@ def _limit(kind: int, value: int) -> None:
     resource.setrlimit(kind, (value, value))
 
 
-def _run_child(spec: dict[str, object]) -> None:
+def _run_child(spec: dict[str, Any]) -> None:
     """In the forked child: limits, Landlock, then the code. Never returns."""
     try:
         workdir = str(spec["workdir"])
         os.chdir(workdir)
         _limit(resource.RLIMIT_CORE, 0)
-        _limit(resource.RLIMIT_CPU, int(spec["cpu_seconds"]))  # type: ignore[call-overload]
-        _limit(resource.RLIMIT_FSIZE, int(spec["file_bytes"]))  # type: ignore[call-overload]
-        _limit(resource.RLIMIT_NPROC, int(spec["max_processes"]))  # type: ignore[call-overload]
-        memory = int(spec["memory_bytes"])  # type: ignore[call-overload]
+        _limit(resource.RLIMIT_CPU, int(spec["cpu_seconds"]))
+        _limit(resource.RLIMIT_FSIZE, int(spec["file_bytes"]))
+        _limit(resource.RLIMIT_NPROC, int(spec["max_processes"]))
+        memory = int(spec["memory_bytes"])
         if memory > 0:
             _limit(resource.RLIMIT_AS, memory)
         if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -163,8 +164,8 @@ def _run_child(spec: dict[str, object]) -> None:
         abi = landlock_abi()
         if abi >= 1:
             _landlock(workdir, abi)
-        argv = [str(part) for part in spec["argv"]]  # type: ignore[attr-defined]
-        os.execve(argv[0], argv, {str(k): str(v) for k, v in dict(spec["env"]).items()})  # type: ignore[call-overload]
+        argv = [str(part) for part in spec["argv"]]
+        os.execve(argv[0], argv, {str(k): str(v) for k, v in dict(spec["env"]).items()})
     except BaseException as exc:  # noqa: BLE001 - report any set-up failure, then die
         os.write(2, f"mindrl sandbox: set-up failed: {exc!r}\n".encode())
     os._exit(126)

@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -97,7 +98,7 @@ def probe_isolation() -> dict[str, Any]:
 class _CappedReader(threading.Thread):
     """Reads one pipe until EOF, keeping at most ``cap`` bytes; ``on_overflow`` once past it."""
 
-    def __init__(self, pipe: IO[bytes], cap: int, on_overflow: Any) -> None:
+    def __init__(self, pipe: IO[bytes], cap: int, on_overflow: Callable[[], None]) -> None:
         super().__init__(daemon=True)
         self.pipe, self.cap, self.on_overflow = pipe, cap, on_overflow
         self.data = bytearray()

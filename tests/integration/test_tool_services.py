@@ -316,3 +316,26 @@ def test_num_workers_bounds_the_calls_in_flight_and_timeout_bounds_each(tmp_path
         assert result.error == "timeout" and "within 1 s" in result.text
     finally:
         server.stop()
+
+
+def test_two_services_on_one_local_port_and_a_missing_corpus_are_named(
+    corpus: Path, tmp_path: Path
+) -> None:
+    port = free_loopback_port()
+    code_yaml = RETOOL_YAML.format(url=f"http://localhost:{port}/run_code", timeout=5)
+    search_yaml = SEARCH_YAML.format(
+        url=f"http://localhost:{port}/retrieve", extra=f"      retrieval_corpus: {corpus}"
+    )
+    both = code_yaml + search_yaml.removeprefix("tools:\n")
+    (tmp_path / "both.yaml").write_text(both)
+    (problem,) = check_tool_services(read_tool_config(tmp_path / "both.yaml"))
+    assert f"port {port} is already mindrl's embedded sandbox server" in problem
+    with pytest.raises(ToolServiceError, match="give each service its own port"):
+        ensure_local_servers(load_tools(tmp_path / "both.yaml"))
+    assert not port_answers(f"http://127.0.0.1:{port}/")  # the sandbox started first was stopped
+    missing = SEARCH_YAML.format(
+        url=f"http://127.0.0.1:{port}/retrieve", extra="      retrieval_corpus: /nowhere.jsonl"
+    )
+    (tmp_path / "missing.yaml").write_text(missing)
+    (problem,) = check_tool_services(read_tool_config(tmp_path / "missing.yaml"))
+    assert "retrieval_corpus /nowhere.jsonl does not exist" in problem
