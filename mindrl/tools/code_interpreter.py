@@ -17,7 +17,7 @@ from typing import Any
 
 from mindrl.tools.base import ToolResult, ToolSchema
 from mindrl.tools.http_service import ServiceError, post_json
-from mindrl.tools.service_tool import SHARED_KEYS, ServiceTool, warn_unknown_keys
+from mindrl.tools.service_tool import SHARED_KEYS, ServiceTool, bounded_text, warn_unknown_keys
 
 CLIENT_SLACK_S = 10.0
 KEYS = (
@@ -80,7 +80,7 @@ def read_run_code_answer(answer: Mapping[str, Any], timeout: float) -> ToolResul
     """SandboxFusion's ``RunCodeResponse`` -> the text the model sees and the error kind."""
     run = answer.get("run_result") or {}
     compiled = answer.get("compile_result") or {}
-    output = str(run.get("stdout") or "") + str(run.get("stderr") or "")
+    output = bounded_text(str(run.get("stdout") or "") + str(run.get("stderr") or ""))
     if answer.get("status") == "SandboxError" or not run:
         message = answer.get("message") or compiled.get("stderr") or "no run result"
         return ToolResult(

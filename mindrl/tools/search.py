@@ -16,7 +16,7 @@ from typing import Any
 
 from mindrl.tools.base import ToolResult, ToolSchema
 from mindrl.tools.http_service import ServiceError, post_json
-from mindrl.tools.service_tool import SHARED_KEYS, ServiceTool, warn_unknown_keys
+from mindrl.tools.service_tool import SHARED_KEYS, ServiceTool, bounded_text, warn_unknown_keys
 
 KEYS = ("retrieval_service_url", "topk", "timeout", "retrieval_corpus", *SHARED_KEYS)
 
@@ -75,7 +75,7 @@ class SearchTool(ServiceTool):
             )
         if not any(per_query):
             return ToolResult(text=json.dumps({"result": "No search results found."}))
-        text = "\n---\n".join(passages_text(hits) for hits in per_query)
+        text = bounded_text("\n---\n".join(passages_text(hits) for hits in per_query))
         return ToolResult(
             text=json.dumps({"result": text}),
             metrics={"queries": float(len(queries)), "results": float(sum(map(len, per_query)))},

@@ -22,6 +22,18 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SHARED_KEYS = ("num_workers", "rate_limit", "enable_global_rate_limit", "type")
+# what a tool hands the loop at most; the loop cuts further to max_tool_response_length
+MAX_TEXT_CHARS = 64 * 1024
+TRUNCATED = "\n...(truncated)...\n"
+
+
+def bounded_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text``, or its first and last halves of ``limit`` around a mark when longer."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return text[:half] + TRUNCATED + text[-half:]
+
 
 _global_limit: threading.BoundedSemaphore | None = None
 _global_limit_size = 0

@@ -151,6 +151,9 @@ def test_the_sandbox_fusion_tool_sends_code_unchanged(
         call(tool, {"code": "import sys\nprint('out'); print('err', file=sys.stderr)"}).text
         == "out\nerr\n"
     )
+    flood = call(tool, {"code": "print('a' * 100000 + 'b' * 100000)"}).text
+    assert len(flood) < 70000 and flood.startswith("a" * 1000) and flood.endswith("b" * 1000 + "\n")
+    assert "...(truncated)..." in flood
 
 
 def test_a_sandbox_that_is_down_is_an_error_result(tmp_path: Path) -> None:

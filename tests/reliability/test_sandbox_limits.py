@@ -34,12 +34,11 @@ def sandbox() -> Iterator[SandboxServer]:
     server.stop()
 
 
-def run(sandbox: SandboxServer, code: str, timeout: float = RUN_TIMEOUT) -> dict[str, Any]:
-    answer = post_json(
-        sandbox.url,
-        {"code": code, "language": "python", "run_timeout": timeout, "compile_timeout": timeout},
-        timeout=timeout + 30,
-    )
+def run(
+    sandbox: SandboxServer, code: str, timeout: float = RUN_TIMEOUT, stdin: str | None = None
+) -> dict[str, Any]:
+    request = {"code": code, "language": "python", "run_timeout": timeout, "stdin": stdin}
+    answer = post_json(sandbox.url, request, timeout=timeout + 30)
     assert set(answer) >= {"status", "run_result", "compile_result"}
     return answer
 
@@ -50,11 +49,17 @@ def still_serving(sandbox: SandboxServer) -> None:
 
 
 def test_plain_code_runs_in_a_private_directory_that_is_removed(sandbox: SandboxServer) -> None:
-    answer = run(sandbox, "import os\nopen('out.txt', 'w').write('ok')\nprint(os.getcwd())")
+    answer = run(
+        sandbox,
+        "import os, sys\nopen('out.txt', 'w').write('ok')\nprint(os.getcwd())\nprint(sys.stdin.read())",
+        stdin="from stdin",
+    )
     result = answer["run_result"]
     assert answer["status"] == "Success", result
     assert result["status"] == "Finished" and result["return_code"] == 0
-    workdir = Path(result["stdout"].strip())
+    cwd, echoed = result["stdout"].splitlines()
+    assert echoed == "from stdin"
+    workdir = Path(cwd)
     assert workdir.name.startswith("mindrl-sandbox-") and not workdir.exists()
 
 
