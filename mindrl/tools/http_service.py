@@ -6,6 +6,7 @@ and the embedded servers must start on a laptop with nothing else installed.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import socket
@@ -54,6 +55,8 @@ def post_json(url: str, payload: Mapping[str, Any], timeout: float) -> dict[str,
         raise ServiceError("server_down", f"{url} cannot be reached ({exc.reason})") from exc
     except (ConnectionError, OSError) as exc:
         raise ServiceError("server_down", f"{url}: connection failed ({exc})") from exc
+    except (http.client.HTTPException, ValueError) as exc:  # a broken answer, a bad URL
+        raise ServiceError("server_error", f"{url}: {type(exc).__name__}: {exc}") from exc
     if len(body) > MAX_RESPONSE_BYTES:
         raise ServiceError("server_error", f"{url} answered more than {MAX_RESPONSE_BYTES} bytes")
     try:
@@ -63,6 +66,16 @@ def post_json(url: str, payload: Mapping[str, Any], timeout: float) -> dict[str,
     if not isinstance(answer, dict):
         raise ServiceError("server_error", f"{url} answered {type(answer).__name__}, not an object")
     return answer
+
+
+def check_service_url(url: str, what: str) -> str:
+    """``url`` when it is an http(s) URL with a host, else a ValueError naming ``what``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"{what} must be an http(s) URL such as http://localhost:8080/..., got {url!r}"
+        )
+    return url
 
 
 def is_loopback(url: str) -> bool:

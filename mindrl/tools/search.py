@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mindrl.tools.base import ToolResult, ToolSchema
-from mindrl.tools.http_service import ServiceError, post_json
+from mindrl.tools.http_service import ServiceError, check_service_url, post_json
 from mindrl.tools.service_tool import SHARED_KEYS, ServiceTool, bounded_text, warn_unknown_keys
 
 KEYS = ("retrieval_service_url", "topk", "timeout", "retrieval_corpus", *SHARED_KEYS)
@@ -40,6 +40,7 @@ class SearchTool(ServiceTool):
         self.url = str(self.config.get("retrieval_service_url") or "")
         if not self.url:
             raise ValueError(f"tool {schema.name}: config.retrieval_service_url is not set")
+        check_service_url(self.url, f"tool {schema.name}: config.retrieval_service_url")
         self.topk = int(self.config.get("topk", 3))
         self.timeout = float(self.config.get("timeout", 30))
         corpus = self.config.get("retrieval_corpus")

@@ -342,3 +342,16 @@ def test_two_services_on_one_local_port_and_a_missing_corpus_are_named(
     (tmp_path / "missing.yaml").write_text(missing)
     (problem,) = check_tool_services(read_tool_config(tmp_path / "missing.yaml"))
     assert "retrieval_corpus /nowhere.jsonl does not exist" in problem
+
+
+def test_an_http_error_of_the_sandbox_is_an_error_result(tmp_path: Path) -> None:
+    server = LoopbackServer(
+        routes={"/run_code": lambda request: (503, {"detail": "overloaded"})}, health={}
+    ).start()
+    try:
+        tool = load_one(tmp_path, RETOOL_YAML.format(url=server.url("/run_code"), timeout=5))
+        result = call(tool, {"code": "print(1)"})
+        assert result.error == "server_error" and "HTTP 503" in result.text
+        assert "overloaded" in result.text
+    finally:
+        server.stop()

@@ -72,6 +72,7 @@ def test_unknown_keys_and_an_unused_rate_limit_are_warned(caplog: pytest.LogCapt
         ({}, "sandbox_fusion_url is not set"),
         ({"sandbox_fusion_url": URL, "type": "mcp"}, "type 'mcp' is not supported"),
         ({"sandbox_fusion_url": URL, "num_workers": 0}, "num_workers must be >= 1"),
+        ({"sandbox_fusion_url": "localhost:8080/run_code"}, "must be an http\\(s\\) URL"),
     ],
 )
 def test_bad_code_tool_config_is_refused(config: dict[str, Any], message: str) -> None:
