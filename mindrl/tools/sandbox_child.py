@@ -183,7 +183,8 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     _die_with_parent(int(spec["server_pid"]))
     _join_pids_cgroup(str(spec.get("pids_cgroup") or ""))
-    _enter_namespaces()
+    if spec["namespaces"]:
+        _enter_namespaces()
     launcher = os.getpid()
     pid = os.fork()
     if pid == 0:

@@ -55,6 +55,9 @@ class SandboxLimits:
     max_output_bytes: int = 256 * 1024
     max_file_bytes: int = 64 * MiB
     max_concurrent: int = max(1, os.cpu_count() or 1)
+    # False: no user / network / pid namespaces even where the machine allows them (Landlock,
+    # the rlimits and the cgroup still apply), as on a machine that refuses them
+    namespaces: bool = True
 
 
 PIDS_CGROUP_V1 = Path("/sys/fs/cgroup/pids")
@@ -75,8 +78,8 @@ def _process_limit() -> str:
     return "pids cgroup" if pids_cgroup_root() is not None else "none"
 
 
-def probe_isolation() -> dict[str, Any]:
-    """Which isolation layers this machine grants a sandboxed process (namespaces, Landlock)."""
+def probe_isolation(namespaces: bool = True) -> dict[str, Any]:
+    """Which isolation layers a sandboxed process gets here (namespaces, Landlock)."""
     result = subprocess.run(
         [sys.executable, "-I", "-S", str(CHILD), "--probe"],
         capture_output=True,
@@ -88,6 +91,8 @@ def probe_isolation() -> dict[str, Any]:
         found = json.loads(result.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
         found = {"namespaces": [], "landlock_abi": 0, "probe_error": result.stderr[-500:]}
+    if not namespaces:
+        found["namespaces"] = []
     found["network_isolated"] = "net" in found["namespaces"]
     found["tcp_denied"] = found["network_isolated"] or found["landlock_abi"] >= 4
     found["writes_confined"] = found["landlock_abi"] >= 1
@@ -159,7 +164,7 @@ class SandboxServer:
         self._server: LoopbackServer | None = None
 
     def start(self) -> SandboxServer:
-        self.isolation = probe_isolation()
+        self.isolation = probe_isolation(self.limits.namespaces)
         missing = [
             what
             for what, ok in (
@@ -292,6 +297,7 @@ class SandboxServer:
             "file_bytes": limits.max_file_bytes,
             "pids_cgroup": str(cgroup or ""),
             "server_pid": os.getpid(),
+            "namespaces": limits.namespaces,
             "argv": [sys.executable, "-I", "main.py"],
             "env": {
                 "PATH": "/usr/local/bin:/usr/bin:/bin",

@@ -1,6 +1,8 @@
 """The embedded sandbox stops hostile code and keeps serving: a real server on 127.0.0.1.
 
-One server for the module (``max_concurrent`` 2); every case is an HTTP ``/run_code`` call as
+One server for the module (``max_concurrent`` 2), run twice: with the user / network / pid
+namespaces, and without them (as on a machine that refuses user namespaces: Landlock, the
+rlimits and the cgroup alone); every case is an HTTP ``/run_code`` call as
 SandboxFusion's clients make it, then the same server runs ``print(6 * 7)``. Each limit is
 checked by what the code sees (the error it gets) and by what the host sees (no file outside
 the run's directory, the run's directory gone, the run ended within its timeout).
@@ -23,13 +25,17 @@ MEMORY_MB = 256
 RUN_TIMEOUT = 4.0
 
 
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[SandboxServer]:
-    server = SandboxServer(
-        SandboxLimits(
-            default_memory_mb=MEMORY_MB, max_processes=16, max_output_bytes=4096, max_concurrent=2
-        )
-    ).start()
+@pytest.fixture(scope="module", params=[True, False], ids=["namespaces", "no-namespaces"])
+def sandbox(request: pytest.FixtureRequest) -> Iterator[SandboxServer]:
+    """The full sandbox, and the one a machine that refuses user namespaces gets."""
+    limits = SandboxLimits(
+        default_memory_mb=MEMORY_MB,
+        max_processes=16,
+        max_output_bytes=4096,
+        max_concurrent=2,
+        namespaces=request.param,
+    )
+    server = SandboxServer(limits).start()
     yield server
     server.stop()
 
