@@ -221,8 +221,13 @@ class SandboxServer:
                 "run_result": None,
                 "files": {},
             }
-        run_timeout = min(float(request.get("run_timeout") or 10), self.limits.max_run_timeout_s)
-        memory_mb = int(request.get("memory_limit_MB") or -1)
+        try:
+            run_timeout = float(request.get("run_timeout") or 10)
+            memory_mb = int(request.get("memory_limit_MB") or -1)
+        except (TypeError, ValueError):
+            return 422, {"detail": "run_timeout and memory_limit_MB must be numbers"}
+        if not 0 < run_timeout <= self.limits.max_run_timeout_s:
+            run_timeout = self.limits.max_run_timeout_s if run_timeout > 0 else 10.0
         if memory_mb <= 0:
             memory_mb = self.limits.default_memory_mb
         memory_mb = min(memory_mb, self.limits.max_memory_mb)

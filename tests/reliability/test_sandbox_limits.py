@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from mindrl.tools.http_service import post_json
+from mindrl.tools.http_service import ServiceError, post_json
 from mindrl.tools.sandbox_server import SandboxLimits, SandboxServer
 
 MEMORY_MB = 256
@@ -151,7 +151,9 @@ def test_flooding_output_is_cut_at_the_limit(sandbox: SandboxServer) -> None:
     still_serving(sandbox)
 
 
-def test_an_unsupported_language_is_a_sandbox_error(sandbox: SandboxServer) -> None:
+def test_an_unsupported_language_or_a_bad_request_is_answered(sandbox: SandboxServer) -> None:
     answer = post_json(sandbox.url, {"code": "console.log(1)", "language": "nodejs"}, timeout=30)
     assert answer["status"] == "SandboxError" and "python only" in answer["message"]
+    with pytest.raises(ServiceError, match="HTTP 422"):
+        post_json(sandbox.url, {"code": "print(1)", "run_timeout": "soon"}, timeout=30)
     still_serving(sandbox)
