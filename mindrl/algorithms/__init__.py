@@ -37,7 +37,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "sequence_scores",
     ),
     "aggregation": ("aggregate_loss", "masked_mean", "masked_sum", "whiten"),
-    "dpo": ("DPOLoss", "dpo_loss", "pair_losses", "sequence_log_probs"),
+    "dpo": (
+        "DPOLoss",
+        "dpo_loss",
+        "pair_losses",
+        "pair_preference_accuracy",
+        "sequence_log_probs",
+    ),
     "dpo_config": ("DPOLossConfig",),
     "dapo": (
         "GroupFilter",

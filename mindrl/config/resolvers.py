@@ -20,7 +20,7 @@ from mindrl.config.paths import CONFIG_DIR
 
 
 def _asset_builders() -> dict[str, Callable[[], Path]]:
-    from mindrl.assets import models, prompts, smollm2
+    from mindrl.assets import models, pairs, prompts, smollm2
 
     return {
         **models.TINY_ASSETS,
@@ -29,6 +29,8 @@ def _asset_builders() -> dict[str, Callable[[], Path]]:
         "smollm2_prompts": prompts.smollm2_prompts_dir,
         "tiny_prompts_val": prompts.tiny_prompts_val_dir,
         "smollm2_prompts_val": prompts.smollm2_prompts_val_dir,
+        "tiny_pairs": pairs.tiny_pairs_dir,
+        "tiny_pairs_val": pairs.tiny_pairs_val_dir,
     }
 
 

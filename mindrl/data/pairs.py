@@ -1,12 +1,12 @@
 """Reading a pairwise store (`cli/preprocess_data.py` with AlpacaStylePairwiseHandler) into
-typed pairs, and padding a batch of them into the [2B, T] grid a DPO step scores: the B
-chosen sequences first, then the B rejected ones, with 0/1 masks on the answer tokens."""
+typed pairs, and laying a batch of them out as the `SampleBatch` a DPO step scores."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from mindrl.data.batch import SampleBatch, build_sample_batch
 from mindrl.data.store import StoreError, iter_prompts, read_meta
 
 
@@ -18,6 +18,11 @@ class PreferencePair:
     chosen_ids: tuple[int, ...]
     rejected_ids: tuple[int, ...]
     row: int = -1
+
+    @property
+    def length(self) -> int:
+        """Tokens of the longer side's sequence."""
+        return len(self.prompt_ids) + max(len(self.chosen_ids), len(self.rejected_ids))
 
     def sequence(self, chosen: bool) -> tuple[int, ...]:
         return self.prompt_ids + (self.chosen_ids if chosen else self.rejected_ids)
@@ -39,29 +44,10 @@ def read_pairs(path: str | Path) -> list[PreferencePair]:
     ]
 
 
-@dataclass(frozen=True)
-class PairGrid:
-    """A batch of B pairs as 2B right-padded rows (chosen rows, then rejected rows):
-    `tokens[i]` is a whole sequence, `answer_mask[i, t]` is 1 where token t + 1 is an answer
-    token (the position whose next-token log-prob is scored)."""
-
-    tokens: list[list[int]]
-    answer_mask: list[list[int]]
-    prompt_lengths: list[int]
-
-    @property
-    def pairs(self) -> int:
-        return len(self.tokens) // 2
-
-
-def pair_grid(pairs: list[PreferencePair], pad_id: int) -> PairGrid:
-    """The batch's rows, padded to its longest sequence."""
-    sides = [p.sequence(True) for p in pairs] + [p.sequence(False) for p in pairs]
-    prompts = [len(p.prompt_ids) for p in pairs] * 2
-    width = max(len(s) for s in sides)
-    tokens = [list(s) + [pad_id] * (width - len(s)) for s in sides]
-    masks = [
-        [1 if prompt - 1 <= t < len(s) - 1 else 0 for t in range(width - 1)]
-        for s, prompt in zip(sides, prompts)
-    ]
-    return PairGrid(tokens, masks, prompts)
+def pair_batch(pairs: list[PreferencePair], pad_id: int) -> SampleBatch:
+    """The pairs as 2B rows, each pair's chosen row followed by its rejected row, so any
+    even split (data-parallel chunks, micro-batches of whole pairs) keeps pairs together; the
+    response mask covers the answers' tokens only."""
+    prompts = [list(p.prompt_ids) for p in pairs for _ in (0, 1)]
+    answers = [list(side) for p in pairs for side in (p.chosen_ids, p.rejected_ids)]
+    return build_sample_batch(prompts, answers, pad_id)

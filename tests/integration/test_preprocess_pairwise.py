@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mindrl.data.pairs import pair_grid, read_pairs
+from mindrl.data.pairs import pair_batch, read_pairs
 from mindrl.data.store import StoreError, read_meta
 
 # The shape of MindSpeed-RL's configs/datasets/orca_rlhf.yaml, paths pointed at the test's files.
@@ -72,18 +72,19 @@ def test_pairs_share_the_prompt_and_end_in_eos(tmp_path, tokenizer_dir):
     assert tok.decode(list(pairs[1].prompt_ids)).startswith("<|im_start|>system\nBe brief.")
 
 
-def test_pair_grid_masks_answers_only(tmp_path, tokenizer_dir):
+def test_pair_batch_scores_answers_only(tmp_path, tokenizer_dir):
     rc, out = _run(tmp_path, tokenizer_dir, GOOD)
     assert rc == 0
     pairs = read_pairs(out)
-    grid = pair_grid(pairs, pad_id=0)
-    assert grid.pairs == 2 and len(grid.tokens) == 4
-    for i, pair in enumerate(pairs + pairs):
-        answer = pair.chosen_ids if i < 2 else pair.rejected_ids
-        mask = grid.answer_mask[i]
-        # position t predicts token t + 1: the scored targets are exactly the answer's tokens
-        scored = [grid.tokens[i][t + 1] for t, m in enumerate(mask) if m]
+    batch = pair_batch(pairs, pad_id=0)
+    assert batch.size == 4  # chosen, rejected, chosen, rejected
+    for i in range(batch.size):
+        pair = pairs[i // 2]
+        answer = pair.chosen_ids if i % 2 == 0 else pair.rejected_ids
+        # column t predicts token t + 1: the scored targets are exactly the answer's tokens
+        scored = [int(batch.input_ids[i, t + 1]) for t in batch.response_mask[i].nonzero()]
         assert scored == list(answer)
+        assert batch.input_ids[i, : len(pair.prompt_ids)].tolist() == list(pair.prompt_ids)
 
 
 def test_bad_rows_reported_by_row_number(tmp_path, tokenizer_dir, caplog):
