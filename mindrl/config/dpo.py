@@ -12,56 +12,21 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from mindrl.algorithms.dpo_config import DPOLossConfig
-from mindrl.algorithms.names import DPO_LOSS_TYPES
-from mindrl.config.fates import is_default, no_effect, warn_once
-from mindrl.config.fields import spec
+from mindrl.config.dpo_keys import DPO, DPOKeys
+from mindrl.config.fates import is_default, warn_once
 
 if TYPE_CHECKING:
     from mindrl.config.role import RoleConfig
     from mindrl.config.run import RunConfig
 
-DPO = "dpo"
 # megatron_training.seq_length outside stage dpo (warned once when set)
 SEQ_LENGTH_ELSEWHERE = (
     "prompt lengths were bounded when the prompt store was made (cli/preprocess_data.py, the "
     "dataset YAML's seq_length); rollout lengths by generate_config"
 )
-
-
-@dataclass(frozen=True)
-class DPOKeys:
-    """MindSpeed-LLM's DPO keys (megatron_training), read with stage dpo."""
-
-    dpo_beta: float = spec(0.1, gt=0.0, help="temperature on the policy / reference log-ratio")
-    dpo_loss_type: str = spec(
-        "sigmoid",
-        choices=DPO_LOSS_TYPES,
-        help="sigmoid (DPO), hinge (SLiC), ipo (IPO on length-averaged log-probs)",
-    )
-    dpo_label_smoothing: float = spec(
-        0.0, ge=0.0, le=0.5, help="cDPO: the chance a pair's label is flipped (sigmoid)"
-    )
-    pref_ftx: float = spec(0.0, ge=0.0, help="weight of the chosen answers' SFT loss")
-    ref_model: str = spec("", help="the reference's checkpoint (empty: the policy's load)")
-    refer_model_iter: int = spec(
-        1,
-        fate=no_effect(
-            "the reference loads ref_model's latest checkpoint (or its HF folder), as the "
-            "policy loads load"
-        ),
-    )
-
-    def loss_config(self) -> DPOLossConfig:
-        return DPOLossConfig(
-            dpo_beta=self.dpo_beta,
-            dpo_loss_type=self.dpo_loss_type,
-            dpo_label_smoothing=self.dpo_label_smoothing,
-            pref_ftx=self.pref_ftx,
-        )
 
 
 def is_dpo(raw: Mapping[str, Any]) -> bool:

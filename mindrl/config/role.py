@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mindrl.config.dpo import DPOKeys
+from mindrl.config.dpo_keys import DPOKeys
 from mindrl.config.fates import MINDSPEED, handed, no_effect, refused
 from mindrl.config.fields import spec
 from mindrl.config.layer_layout import LayerLayout, layer_layout

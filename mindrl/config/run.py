@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mindrl.config.dpo import DPO
+from mindrl.config.dpo_keys import DPO
 from mindrl.config.fields import spec
 from mindrl.config.generate import GenerateConfig
 from mindrl.config.profiler import ProfilerConfig

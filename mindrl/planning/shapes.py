@@ -15,7 +15,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
-from mindrl.config.dpo import DPO
+from mindrl.config.dpo_keys import DPO
 from mindrl.config.fates import Handed, NoEffect, default_of, fate_of
 from mindrl.config.model_arch import ModelArchConfig
 from mindrl.config.role import RoleConfig

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mindrl.config.dpo import DPO
+from mindrl.config.dpo_keys import DPO
 from mindrl.config.run import RunConfig
 from mindrl.workers.profiling import profiled
 from mindrl.workers.trainable import TrainableWorker
