@@ -42,3 +42,16 @@ def test_held_out_preference_accuracy_rises(fresh_process):
     assert 0.25 <= result["accuracy_before"] <= 0.75, result
     assert result["accuracy_after"] >= 0.9, result
     assert result["metrics"][-1]["rewards/accuracies"] >= 0.9
+
+
+def test_packed_pairs_give_the_padded_losses(fresh_process):
+    """use_remove_padding: each micro-batch's pairs packed into one sequence, same numbers."""
+    runs = []
+    for extra in ([], ["rl_config.use_remove_padding=true"]):
+        args = {"overrides": extra, "steps": 2, "batch": 8}
+        (result,) = fresh_process.ranks(SCRIPT, args, world_size=1, timeout_s=TIMEOUT_S)
+        runs.append(result["metrics"])
+    padded, packed = runs
+    for a, b in zip(padded, packed, strict=True):
+        for name in (*TRL_NAMES, "dpo/loss"):
+            assert b[name] == pytest.approx(a[name], rel=1e-4, abs=1e-5), name
