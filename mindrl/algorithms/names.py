@@ -45,3 +45,10 @@ LOSS_AGG_MODES: tuple[str, ...] = (
 # `rl_config.policy_loss` (verl's `policy_loss.loss_mode`): PPO's per-token clipped ratio, or
 # GSPO's per-sequence one.
 POLICY_LOSS_MODES: tuple[str, ...] = ("vanilla", "gspo")
+
+# `megatron_training.dpo_loss_type` (MindSpeed-LLM's `--dpo-loss-type` choices, which are TRL's
+# names): sigmoid (DPO), hinge (SLiC), ipo (IPO, on length-averaged log-probs).
+DPO_LOSS_TYPES: tuple[str, ...] = ("sigmoid", "hinge", "ipo")
+# Losses that read each sequence's mean token log-prob instead of its sum (TRL and MindSpeed-LLM
+# both average for IPO).
+LENGTH_AVERAGED_DPO_LOSSES: tuple[str, ...] = ("ipo",)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mindrl.config.dapo import DAPO, dapo_rl
+from mindrl.config.dpo import DPO, dpo_reference, dpo_sections, is_dpo
 from mindrl.config.errors import ConfigError
 from mindrl.config.fates import SECTION_FATES, section_fate, warn_once
 from mindrl.config.fields import _Problems, build_dataclass, build_groups, suggest
@@ -132,6 +133,9 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
     """Type-check and group a composed config; raise ConfigError listing every problem
     (all sections are checked in one pass, so a bad key in one does not hide the others)."""
     problems = _Problems()
+    notes: list[str] = []
+    if is_dpo(raw):
+        raw = dpo_sections(raw, notes)
     for key in raw:
         if key in SECTION_FATES:  # MindSpeed-RL sections mindrl does not build
             refusal = section_fate(str(key), raw[key])
@@ -146,7 +150,6 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
     generation = read_generation(raw)
     rl_section = _section(raw, "rl_config", problems)
     unit_given = "mini_batch_size_unit" in rl_section
-    notes: list[str] = []
     if generation.is_1x:
         rl_section, changes = as_1x_rl_section(rl_section)
         notes.append(generation_line(generation, changes))
@@ -188,6 +191,8 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
             problems.add("rl_config.reward_resource: set, but there is no reward_config section")
         else:
             reward = _build_role(raw, "reward", res.reward_resource.num_npus, problems)
+    if actor is not None and actor.data.stage == DPO:
+        ref = dpo_reference(actor)
     critic = _build_critic(raw, actor, res, problems, notes)
     if problems.items or generate is None or runtime is None or actor is None:
         raise ConfigError(problems.items)

@@ -48,7 +48,31 @@ def mini_batch_reading_notice(run: RunConfig) -> str | None:
     )
 
 
+def dpo_meaning_lines(run: RunConfig) -> list[str]:
+    """What a stage dpo run does, in the dry run's words."""
+    actor, dpo = run.actor, run.actor.dpo
+    loss = f"DPO loss {dpo.dpo_loss_type}, beta {dpo.dpo_beta}"
+    if dpo.dpo_label_smoothing:
+        loss += f", label smoothing {dpo.dpo_label_smoothing} (cDPO)"
+    if dpo.pref_ftx:
+        loss += f", + {dpo.pref_ftx} x the chosen answers' SFT loss (pref_ftx)"
+    ref = run.ref.ckpt.load if run.ref is not None else None
+    return [
+        f"offline DPO: {actor.optim.train_iters} steps of {actor.batch.global_batch_size} "
+        f"pairs (one optimizer step each; micro-batches of {actor.batch.micro_batch_size} "
+        "pair(s): chosen + rejected rows)",
+        loss,
+        f"reference model: {ref}, a snapshot of its weights in the actor's processes; its "
+        "log-probs computed once per batch",
+        "rollout: none (pairs from the pairwise store at data_path)",
+        f"precision: {precision_line(run)}",
+        *run.notes,
+    ]
+
+
 def meaning_lines(run: RunConfig) -> list[str]:
+    if run.offline:
+        return dpo_meaning_lines(run)
     lines = [optimizer_steps_line(run), run.rl.algorithm.kl.describe()]
     notice = mini_batch_reading_notice(run)
     if notice:

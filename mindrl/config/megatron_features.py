@@ -157,7 +157,10 @@ class LayerVariantConfig:
     )
     mm_model: str | None = spec(None, fate=refused("multimodal models: not built yet"))
     attention_mask_type: str = spec(
-        "causal", fate=refused("only causal attention is built", allowed=("causal",))
+        "causal",
+        help="general (MindSpeed-LLM's full mask built from each batch, as its DPO configs "
+        "set) is the same causal attention over each row's own tokens here",
+        fate=refused("only causal attention is built", allowed=("causal", "general")),
     )
     use_rotary_position_embeddings: bool = spec(
         True, fate=no_effect("mindrl always applies RoPE (position_embedding_type: rope)")

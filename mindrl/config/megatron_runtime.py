@@ -20,7 +20,6 @@ MEGATRON_LOOP = no_effect(
 GENERATION = no_effect(
     "megatron's text generation is not used; rollout is generate_config / sampling_config"
 )
-DPO = no_effect("offline DPO only (stage: dpo is not built yet)")
 MINDSPEED_MEMORY = handed(
     MINDSPEED,
     cpu_refusal="MindSpeed's NPU memory switch; megatron-core on CPU has no such path (use "
@@ -92,6 +91,3 @@ class MegatronLoopConfig:
         None, fate=refused("the MindSpore backend: not built yet (mindrl runs PyTorch)")
     )
     algorithm: str | None = spec(None, fate=no_effect("not read by MindSpeed-RL either"))
-    dpo_loss_type: str = spec("sigmoid", fate=DPO)
-    ref_model: str = spec("", fate=DPO)
-    refer_model_iter: int = spec(1, fate=DPO)

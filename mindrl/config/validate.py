@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mindrl.algorithms.names import GROUP_ESTIMATORS, RETURN_ESTIMATORS
 from mindrl.config.dapo import DAPO, dapo_problems
+from mindrl.config.dpo import DPO, dpo_problems
 from mindrl.config.errors import ConfigError
 from mindrl.config.fates import is_default, warn_once
 from mindrl.config.lora import lora_problems
@@ -447,9 +448,11 @@ def cross_field_problems(
         if role.role == "critic" and res.critic_resource is None:
             key = "actor_resource"  # colocate_all_models: the actor's devices
         out.extend(_role_layout_problems(role, key))
-    out.extend(_batch_problems(run))
-    out.extend(_algorithm_problems(run))
+    if run.actor.data.stage != DPO:  # offline DPO: no rollout, no RL algorithm
+        out.extend(_batch_problems(run))
+        out.extend(_algorithm_problems(run))
     out.extend(dapo_problems(run))
+    out.extend(dpo_problems(run))
     out.extend(ppo_problems(run))
     out.extend(lora_problems(run))
     out.extend(packing_problems(run))

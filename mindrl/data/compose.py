@@ -24,7 +24,6 @@ from mindrl.data.templates import TemplateError, get_template
 # MindSpeed-RL handlers for data mindrl does not train on (GRPO prompts only).
 _MINDSPEED_ONLY_HANDLERS = {
     "AlpacaStyleInstructionHandler": "SFT instruction data",
-    "AlpacaStylePairwiseHandler": "DPO preference pairs",
     "AlpacaStyleProcessRewardHandler": "process-reward-model data",
 }
 

@@ -22,7 +22,7 @@ from mindrl.config.errors import ConfigError
 from mindrl.config.fields import suggest
 from mindrl.data.answers import LABEL_FORMATS
 
-MAP_KEY_NAMES = ("prompt", "query", "response", "system")
+MAP_KEY_NAMES = ("prompt", "query", "response", "system", "chosen", "rejected")
 BAD_ROW_POLICIES = ("skip", "error")
 OVERLONG_POLICIES = ("filter", "error")
 TOKENIZER_TYPES = ("HuggingFaceTokenizer", "PretrainedFromHF")
@@ -140,7 +140,7 @@ class PreprocessConfig:
     map_keys: dict[str, str] = field(default_factory=dict)  # canonical name -> input column
     dataset_additional_keys: tuple[str, ...] = ()
     label_format: str = "auto"  # R1AlpacaStyle handlers: auto / raw / gsm8k / boxed / numeric
-    seq_length: int | None = None  # max prompt tokens; None = no limit
+    seq_length: int | None = None  # max prompt tokens (pairs: prompt + longer answer); None: none
     split: str = "train"  # split of an HF DatasetDict folder
     workers: int = 1
     log_interval: int = 100

@@ -1,7 +1,8 @@
-"""Dataset handlers: one raw record -> (question, system, label, extra), or a ``BadRow``.
+"""Dataset handlers: one raw record -> (question, system, label, extra), or a ``BadRow``; the
+pairwise handler -> (question, system, chosen, rejected).
 
 Names follow MindSpeed-RL (``R1AlpacaStyleInstructionHandler`` with ``map_keys``) plus
-``GSM8KHandler`` (GSM8K's ``question``/``answer "... #### N"`` rows and verl's processed
+``AlpacaStylePairwiseHandler`` (DPO's preference pairs), ``GSM8KHandler`` (GSM8K's ``question``/``answer "... #### N"`` rows and verl's processed
 ``prompt``/``reward_model.ground_truth`` rows) and ``ReasoningGymHandler`` (problems
 generated offline by reasoning-gym). A handler only validates and extracts; templating,
 tokenization and length filtering happen in ``preprocess``.
@@ -13,7 +14,7 @@ import difflib
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from mindrl.config.errors import ConfigError
 from mindrl.data.answers import extract_gsm8k_answer, extract_label, label_to_text
@@ -39,6 +40,19 @@ class PromptExample:
     label: str
     system: str | None = None  # None = the template's default system prompt
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PairExample:
+    """A preference pair before templating: one prompt, the preferred and the other answer."""
+
+    question: str
+    chosen: str
+    rejected: str
+    system: str | None = None
+
+
+Example = TypeVar("Example", PromptExample, PairExample)
 
 
 def get_path(record: Any, path: str) -> Any:
@@ -88,10 +102,11 @@ def _keys_hint(record: Any) -> str:
     return ""
 
 
-class Handler:
+class Handler(Generic[Example]):
     """Base handler: reads rows from ``config.input`` and converts each one."""
 
     needs_input: ClassVar[bool] = True
+    pairwise: ClassVar[bool] = False
     default_columns: ClassVar[dict[str, str]] = {}
 
     def __init__(self, config: PreprocessConfig) -> None:
@@ -104,7 +119,7 @@ class Handler:
         assert self.config.input is not None
         return read_records(self.config.input, split=self.config.split)
 
-    def convert(self, record: Any) -> PromptExample:
+    def convert(self, record: Any) -> Example:
         raise NotImplementedError
 
     # helpers shared by the handlers
@@ -172,7 +187,7 @@ def _label_value(value: Any, column: str) -> str:
     return text
 
 
-class R1AlpacaStyleInstructionHandler(Handler):
+class R1AlpacaStyleInstructionHandler(Handler[PromptExample]):
     """Alpaca-style rows: ``map_keys`` names the prompt/query/response/system columns.
 
     The prompt column may hold text or a list of chat messages; the response column text, a
@@ -229,7 +244,7 @@ class Math17kAlpacaStyleInstructionHandler(R1AlpacaStyleInstructionHandler):
     """MindSpeed-RL's name for the same handler on DAPO-Math-17k (chat prompt + reward_model)."""
 
 
-class GSM8KHandler(Handler):
+class GSM8KHandler(Handler[PromptExample]):
     """GSM8K rows (``question``, ``answer`` ending in ``#### N``) and verl's processed rows
     (``prompt`` = chat messages, ``reward_model.ground_truth``).
 
@@ -264,7 +279,7 @@ class GSM8KHandler(Handler):
         return PromptExample(question, label, system, self._extra(record))
 
 
-class ReasoningGymHandler(Handler):
+class ReasoningGymHandler(Handler[PromptExample]):
     """Generates problems offline: ``reasoning_gym.create_dataset(dataset, size, seed)``.
 
     Each entry's ``question`` becomes the prompt and ``answer`` the label; list ``metadata``
@@ -307,11 +322,51 @@ class ReasoningGymHandler(Handler):
         )
 
 
-HANDLERS: dict[str, type[Handler]] = {
+class AlpacaStylePairwiseHandler(Handler[PairExample]):
+    """MindSpeed-RL's DPO pairs: ``map_keys`` names the prompt / query / system columns (as for
+    the instruction handler) and the ``chosen`` / ``rejected`` answer columns (default
+    ``chosen`` / ``rejected``). A pair with an empty side or two identical sides is a bad row:
+    it has nothing to prefer."""
+
+    pairwise: ClassVar[bool] = True
+    default_columns: ClassVar[dict[str, str]] = {
+        "prompt": "instruction",
+        "query": "input",
+        "chosen": "chosen",
+        "rejected": "rejected",
+    }
+
+    def convert(self, record: Any) -> PairExample:
+        record = _require_record(record)
+        question = self._text(record, self.columns["prompt"], "prompt")
+        query_col = self.columns.get("query")
+        query = self._field(record, query_col, required=False) if query_col else None
+        if isinstance(query, str) and query.strip():
+            question = f"{question}\n{query}"
+        if not question.strip():
+            raise BadRow("empty_prompt", f"prompt {self.columns['prompt']!r} is empty")
+        chosen = self._text(record, self.columns["chosen"], "chosen")
+        rejected = self._text(record, self.columns["rejected"], "rejected")
+        for side, text in (("chosen", chosen), ("rejected", rejected)):
+            if not text.strip():
+                raise BadRow("empty_response", f"{side} {self.columns[side]!r} is empty")
+        if chosen.strip() == rejected.strip():
+            raise BadRow("identical_pair", "chosen and rejected are the same text")
+        system = self.config.system
+        system_col = self.columns.get("system")
+        if system_col:
+            value = self._field(record, system_col, required=False)
+            if isinstance(value, str) and value.strip():
+                system = value
+        return PairExample(self._with_suffix(question), chosen, rejected, system)
+
+
+HANDLERS: dict[str, type[Handler[Any]]] = {
     "R1AlpacaStyleInstructionHandler": R1AlpacaStyleInstructionHandler,
     "Math17kAlpacaStyleInstructionHandler": Math17kAlpacaStyleInstructionHandler,
     "GSM8KHandler": GSM8KHandler,
     "ReasoningGymHandler": ReasoningGymHandler,
+    "AlpacaStylePairwiseHandler": AlpacaStylePairwiseHandler,
 }
 
 
@@ -327,7 +382,7 @@ def check_handler(config: PreprocessConfig) -> None:
         raise ConfigError(f"input is required for handler {name}")
 
 
-def build_handler(config: PreprocessConfig) -> Handler:
+def build_handler(config: PreprocessConfig) -> Handler[Any]:
     """The handler ``config`` names, checked first."""
     check_handler(config)
     return HANDLERS[config.handler_name](config)

@@ -1,4 +1,5 @@
-"""Raw data -> tokenized prompt store, with a report of every row that did not make it.
+"""Raw data -> tokenized prompt store (or, with a pairwise handler, a store of preference pairs),
+with a report of every row that did not make it.
 
 One pass over the input: the handler validates and extracts each row, the template renders
 the prompt, the tokenizer encodes it, overlong prompts are filtered (or fail the run), and
@@ -21,7 +22,7 @@ from typing import Any
 from mindrl.config.errors import ConfigError
 from mindrl.config.writable import unwritable_reason
 from mindrl.data.config import PreprocessConfig
-from mindrl.data.handlers import BadRow, PromptExample, build_handler
+from mindrl.data.handlers import BadRow, PairExample, PromptExample, build_handler
 from mindrl.data.readers import DataFileError, InvalidRow, describe_input
 from mindrl.data.store import StoreWriter, is_store
 from mindrl.data.templates import (
@@ -117,6 +118,51 @@ def load_tokenizer(config: PreprocessConfig) -> Any:
     )
 
 
+@dataclass(frozen=True)
+class EncodedPair:
+    """A pair's token ids: the prompt once, each answer on its own (ending in EOS, as
+    MindSpeed-RL's pairwise handler ends them). A side's sequence is prompt + answer; the loss
+    reads the answer's tokens only."""
+
+    prompt_ids: list[int]
+    chosen_ids: list[int]
+    rejected_ids: list[int]
+
+    @property
+    def length(self) -> int:
+        """Tokens of the longer side's sequence (what `seq_length` bounds)."""
+        return len(self.prompt_ids) + max(len(self.chosen_ids), len(self.rejected_ids))
+
+
+def encode_pair(
+    tokenizer: Any, template: PromptTemplate, example: PairExample, enable_thinking: bool = False
+) -> tuple[str, EncodedPair]:
+    """(prompt text, the pair's ids): the prompt rendered as for GRPO, each answer encoded
+    after it without special tokens, then EOS."""
+    text = render_prompt(template, example.question, example.system, tokenizer, enable_thinking)
+    eos = [] if tokenizer.eos_token_id is None else [int(tokenizer.eos_token_id)]
+
+    def ids(piece: str) -> list[int]:
+        return [int(i) for i in tokenizer(piece, add_special_tokens=False)["input_ids"]]
+
+    return text, EncodedPair(ids(text), ids(example.chosen) + eos, ids(example.rejected) + eos)
+
+
+Encoded = list[int] | EncodedPair
+
+
+def encode_example(
+    tokenizer: Any,
+    template: PromptTemplate,
+    example: PromptExample | PairExample,
+    enable_thinking: bool = False,
+) -> tuple[str, Encoded]:
+    """A prompt's ids, or a pair's."""
+    if isinstance(example, PairExample):
+        return encode_pair(tokenizer, template, example, enable_thinking)
+    return encode_prompt(tokenizer, template, example, enable_thinking)
+
+
 def encode_prompt(
     tokenizer: Any, template: PromptTemplate, example: PromptExample, enable_thinking: bool = False
 ) -> tuple[str, list[int]]:
@@ -137,17 +183,17 @@ def _worker_init(config: PreprocessConfig) -> None:
     _WORKER["enable_thinking"] = config.enable_thinking
 
 
-def _worker_encode(examples: list[PromptExample]) -> list[tuple[str, list[int]]]:
+def _worker_encode(examples: list[Any]) -> list[tuple[str, Encoded]]:
     tokenizer, template = _WORKER["tokenizer"], _WORKER["template"]
-    return [encode_prompt(tokenizer, template, ex, _WORKER["enable_thinking"]) for ex in examples]
+    return [encode_example(tokenizer, template, ex, _WORKER["enable_thinking"]) for ex in examples]
 
 
 def _encode_chunks(
-    chunks: Iterator[list[tuple[int, PromptExample]]],
+    chunks: Iterator[list[tuple[int, Any]]],
     config: PreprocessConfig,
     tokenizer: Any,
     template: PromptTemplate,
-) -> Iterator[tuple[int, PromptExample, str, list[int]]]:
+) -> Iterator[tuple[int, Any, str, Encoded]]:
     """Encode chunk by chunk, in order; with ``workers > 1`` a bounded process pool."""
     if config.workers == 1:
         for chunk in chunks:
@@ -155,7 +201,7 @@ def _encode_chunks(
                 yield (
                     row,
                     example,
-                    *encode_prompt(tokenizer, template, example, config.enable_thinking),
+                    *encode_example(tokenizer, template, example, config.enable_thinking),
                 )
         return
     import multiprocessing
@@ -163,7 +209,7 @@ def _encode_chunks(
     # spawn: the parent already runs tokenizer threads, which fork would copy half-alive
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(config.workers, ctx, _worker_init, (config,)) as pool:
-        pending: list[tuple[list[tuple[int, PromptExample]], Future]] = []
+        pending: list[tuple[list[tuple[int, Any]], Future]] = []
         for chunk in chunks:
             pending.append((chunk, pool.submit(_worker_encode, [ex for _, ex in chunk])))
             if len(pending) >= 2 * config.workers:
@@ -172,7 +218,7 @@ def _encode_chunks(
             yield from _drain(item)
 
 
-def _drain(item: tuple[list[tuple[int, PromptExample]], Future]) -> Iterator[Any]:
+def _drain(item: tuple[list[tuple[int, Any]], Future]) -> Iterator[Any]:
     chunk, future = item
     for (row, example), (text, ids) in zip(chunk, future.result()):
         yield row, example, text, ids
@@ -228,9 +274,9 @@ def _converted_chunks(
     log: Callable[[str], None],
     log_interval: int,
     chunk_size: int,
-) -> Iterator[list[tuple[int, PromptExample]]]:
+) -> Iterator[list[tuple[int, Any]]]:
     """Validate rows (counting bad ones) and group the good ones into chunks."""
-    chunk: list[tuple[int, PromptExample]] = []
+    chunk: list[tuple[int, Any]] = []
     t0 = time.perf_counter()
     for row, record in rows:
         tally.rows_read += 1
@@ -280,28 +326,40 @@ def run_preprocess(
         chunks = _converted_chunks(
             handler.rows(), handler, tally, log, config.log_interval, chunk_size
         )
-        for row, example, text, ids in _encode_chunks(chunks, config, tokenizer, template):
-            if config.seq_length is not None and len(ids) > config.seq_length:
-                tally.too_long(row, len(ids), config.seq_length)
+        for row, example, text, encoded in _encode_chunks(chunks, config, tokenizer, template):
+            length = encoded.length if isinstance(encoded, EncodedPair) else len(encoded)
+            if config.seq_length is not None and length > config.seq_length:
+                tally.too_long(row, length, config.seq_length)
                 continue
-            writer.add(
-                {
-                    "prompt_ids": ids,
-                    "prompt_text": text,
-                    "label": example.label,
-                    "row": row,
-                    "extra": example.extra,
-                }
-            )
+            writer.add(_store_record(row, example, text, encoded))
             tally.kept += 1
-            tally.token_total += len(ids)
-            tally.token_max = max(tally.token_max, len(ids))
+            tally.token_total += length
+            tally.token_max = max(tally.token_max, length)
         _enforce_policies(config, tally, t0)
         report = tally.report(config, str(config.output_prefix), t0)
         writer.commit(_store_meta(config, template, tokenizer, report))
     for line in report.summary().splitlines():
         log(line)
     return report
+
+
+def _store_record(row: int, example: Any, text: str, encoded: Encoded) -> dict[str, Any]:
+    """One store line: a prompt with its label, or a pair (see `mindrl.data.store`)."""
+    if isinstance(encoded, EncodedPair):
+        return {
+            "prompt_ids": encoded.prompt_ids,
+            "chosen_ids": encoded.chosen_ids,
+            "rejected_ids": encoded.rejected_ids,
+            "prompt_text": text,
+            "row": row,
+        }
+    return {
+        "prompt_ids": encoded,
+        "prompt_text": text,
+        "label": example.label,
+        "row": row,
+        "extra": example.extra,
+    }
 
 
 def check_output_prefix(output_prefix: str | Path) -> None:
@@ -346,6 +404,7 @@ def _store_meta(
         "created_unix": int(time.time()),
         "input": config.input,
         "handler_name": config.handler_name,
+        "kind": "pairwise" if build_handler(config).pairwise else "prompts",
         "tokenizer_name_or_path": str(config.tokenizer_name_or_path),
         "tokenizer": {
             "class": type(tokenizer).__name__,

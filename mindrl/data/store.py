@@ -5,6 +5,11 @@ Layout of ``<output_prefix>/``::
     prompts.jsonl   one JSON object per prompt, in input order:
                     {"prompt_ids": [int, ...], "prompt_text": str, "label": str,
                      "row": int (0-based source row), "extra": {dataset_additional_keys...}}
+                    or, in a pairwise store (meta "kind": "pairwise", from
+                    AlpacaStylePairwiseHandler), one preference pair per line:
+                    {"prompt_ids": [...], "chosen_ids": [...], "rejected_ids": [...],
+                     "prompt_text": str, "row": int}; each side is prompt_ids + its answer's
+                    ids (ending in EOS), and only the answer's tokens are scored
     meta.json       {"format": "mindrl-prompt-store", "version": 1, "num_prompts": int,
                      "sha256": hex digest of prompts.jsonl, "tokenizer_name_or_path",
                      "prompt_type", "template", "seq_length", "max_prompt_tokens",

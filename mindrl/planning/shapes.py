@@ -15,6 +15,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
+from mindrl.config.dpo_keys import DPO
 from mindrl.config.fates import Handed, NoEffect, default_of, fate_of
 from mindrl.config.model_arch import ModelArchConfig
 from mindrl.config.role import RoleConfig
@@ -156,7 +157,8 @@ def role_shape(role: RoleConfig, backend: str) -> RoleShape:
         sequence_parallel=bool(effective(par, "sequence_parallel", backend)) and tp > 1,
         distributed_optimizer=bool(effective(par, "use_distributed_optimizer", backend)),
         recompute=recompute,
-        micro_batch=role.batch.micro_batch_size,
+        # a DPO micro-batch of n pairs holds 2n rows (each pair's chosen and rejected)
+        micro_batch=role.batch.micro_batch_size * (2 if role.data.stage == DPO else 1),
         params_dtype=role.precision.params_dtype,
         flash_attention=te or bool(effective(kern, "use_flash_attn", backend)),
         fused_norm=te or bool(effective(kern, "use_fused_rmsnorm", backend)),
@@ -192,12 +194,16 @@ class Lengths:
 
     @classmethod
     def of(cls, run: RunConfig) -> Lengths:
+        if run.offline:  # DPO: pair sequences up to seq_length (longer pairs left out)
+            return cls(prompt=run.actor.batch.seq_length, response=0)
         gen = run.generate
         prompt = min(run.rl.algorithm.max_prompt_length, gen.max_model_len - 1)
         response = min(gen.sampling_config.max_tokens, gen.max_model_len - prompt)
         return cls(prompt=prompt, response=max(response, 1))
 
     def describe(self) -> str:
+        if not self.response:
+            return f"pair sequences up to {self.seq} tokens (seq_length), padded to their longest"
         return (
             f"sequences up to {self.seq} tokens (max_prompt_length {self.prompt} + max_tokens "
             f"{self.response}), micro-batches padded to their longest"

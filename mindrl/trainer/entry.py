@@ -162,11 +162,13 @@ def main(argv: list[str] | None = None, *, stage: str | None = None) -> int:
         run, raw = load_run_config(
             args.config_name, overrides, config_dir=args.config_path, local_paths=not args.dry_run
         )
-        if stage is not None and run.actor.data.stage != stage:
+        if (stage is not None or run.offline) and run.actor.data.stage != stage:
             raise ConfigError(
                 [
                     f"megatron_training.stage: {run.actor.data.stage}, but this command runs "
                     f"{stage} (set stage: {stage}, or use cli/train_grpo.py)"
+                    if stage is not None
+                    else "megatron_training.stage: dpo runs with cli/train_dpo.py"
                 ]
             )
         tracker_issues = tracker_problems(run.rl.logging)  # wandb / swanlab importable, modes
@@ -230,13 +232,14 @@ def main(argv: list[str] | None = None, *, stage: str | None = None) -> int:
             print("dry run: config valid, placement fits; nothing started")
         return 0
     from mindrl.logs import run_logging  # console vs OUTPUT_DIR/logs (runtime.log_level)
-    from mindrl.trainer import run_grpo
+    from mindrl.trainer import run_dpo, run_grpo
 
     coordinate_on_one_thread()
+    train = run_dpo if run.offline else run_grpo
 
     try:
         with run_logging(run.output_dir, run.runtime.log_level):
-            return run_grpo(run, raw)
+            return train(run, raw)
     except RayConnectError as exc:  # the cluster went away between the check and the start
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -44,6 +44,10 @@ REWARD_MEAN_SUFFIX = "_rewards/mean"
 _CONSOLE_HEAD: tuple[tuple[str, str, str], ...] = (
     ("grpo/score", "score", ".4f"),
     ("val/score", "val_score", ".4f"),
+    # offline DPO (TRL's names)
+    ("dpo/loss", "dpo_loss", ".4f"),
+    ("rewards/accuracies", "reward_acc", ".3f"),
+    ("rewards/margins", "margin", ".4g"),
 )
 _CONSOLE_TAIL: tuple[tuple[str, str, str], ...] = (
     ("response_length/mean", "resp_len", ".1f"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mindrl.config.dpo_keys import DPO
 from mindrl.config.run import RunConfig
 from mindrl.workers.profiling import profiled
 from mindrl.workers.trainable import TrainableWorker
@@ -46,7 +47,13 @@ class ActorWorker(TrainableWorker):
         if self.run.reference_snapshot:
             self._snapshot_reference(resumed=resume_dir is not None)
         self.opt = self.build_optimizer()
-        self.updater = PolicyUpdater(
+        updater: type[PolicyUpdater] = PolicyUpdater
+        extra: dict[str, Any] = {}
+        if cfg.data.stage == DPO:  # offline DPO: pairs, the DPO loss, a step per batch
+            from mindrl.workers.dpo_update import DPOUpdater
+
+            updater, extra = DPOUpdater, {"dpo": cfg.dpo.loss_config()}
+        self.updater = updater(
             self.model_chunks,
             self.opt,
             self.run.rl.algorithm,
@@ -57,6 +64,7 @@ class ActorWorker(TrainableWorker):
             seed=cfg.data.seed,
             max_tokens=self.run.generate.sampling_config.max_tokens,
             packing=pass_packing(self.run.rl.micro_batching, "update"),
+            **extra,
         )
         if resume_dir is not None:
             self.resume_from(resume_dir)
@@ -74,9 +82,12 @@ class ActorWorker(TrainableWorker):
         from mindrl.models.weight_snapshot import WeightSnapshot
 
         assert self.run.ref is not None
-        if resumed:
+        own = self.run.ref.ckpt.load != self.cfg.ckpt.load  # DPO's ref_model
+        if resumed or own:
             self.load_weights(self.run.ref.ckpt.load)
         self.ref_snapshot = WeightSnapshot(self.model_chunks)
+        if own and not resumed:  # the policy starts from its own load
+            self.load_weights(self.cfg.ckpt.load)
         logging.getLogger(__name__).info(
             "reference: a %.2f GiB snapshot of the weights in this process",
             self.ref_snapshot.nbytes / (1 << 30),

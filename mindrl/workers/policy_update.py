@@ -60,6 +60,8 @@ def micro_batch_loss(
     from mindrl.algorithms import grpo_loss, rollout_mismatch_metrics
     from mindrl.models.logprobs import scored_log_probs
 
+    if mb.advantages is None:
+        raise ValueError("the update batch has no advantages")
     selection = mb.selection
     picked, picked_entropy = scored_log_probs(
         output,

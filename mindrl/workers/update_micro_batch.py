@@ -24,7 +24,7 @@ class UpdateMicroBatch:
     attention_mask: torch.Tensor | None  # megatron's boolean mask, True = masked (None: packed)
     selection: TokenSelection  # which positions are scored (response tokens)
     response_mask: torch.Tensor  # [b, s-1]
-    advantages: torch.Tensor  # [b, s-1]
+    advantages: torch.Tensor | None  # [b, s-1]; None in a DPO update (pairs, no advantages)
     old_log_probs: torch.Tensor | None  # None: on-policy, the update's own are used
     ref_log_probs: torch.Tensor | None
     rollout_log_probs: torch.Tensor | None
@@ -49,16 +49,13 @@ class UpdateMicroBatch:
             t = part.tensors.get(name)
             return None if t is None else t[:, : length - 1]
 
-        advantages = grid("advantages")
-        if advantages is None:
-            raise ValueError("the update batch has no advantages")
         return cls(
             tokens=part.input_ids[:, :length],
             position_ids=position_ids_from_mask(am),
             attention_mask=causal_attention_mask(length, am),
             selection=selection,
             response_mask=part.response_mask[:, : length - 1],
-            advantages=advantages,
+            advantages=grid("advantages"),
             old_log_probs=grid("old_log_probs"),
             ref_log_probs=grid("ref_log_probs"),
             rollout_log_probs=grid("rollout_log_probs"),
@@ -116,16 +113,13 @@ class UpdateMicroBatch:
         real_tokens: int,
     ) -> UpdateMicroBatch:
         """`part`'s rows as one model sequence [1, T]; the loss's inputs stay `part`'s grids."""
-        advantages = part.tensors.get("advantages")
-        if advantages is None:
-            raise ValueError("the update batch has no advantages")
         return cls(
             tokens=tokens,
             position_ids=position_ids,
             attention_mask=None,
             selection=selection,
             response_mask=part.response_mask,
-            advantages=advantages,
+            advantages=part.tensors.get("advantages"),
             old_log_probs=part.tensors.get("old_log_probs"),
             ref_log_probs=part.tensors.get("ref_log_probs"),
             rollout_log_probs=part.tensors.get("rollout_log_probs"),

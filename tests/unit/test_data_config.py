@@ -182,8 +182,8 @@ def test_unsupported_input_format_and_foreign_output_folder(tmp_path):
 
 
 def test_mindspeed_only_handler_is_named(tmp_path):
-    path = _write(tmp_path, BASE + "handler_name: AlpacaStylePairwiseHandler\n")
-    with pytest.raises(ConfigError, match="MindSpeed-RL handler for DPO preference pairs"):
+    path = _write(tmp_path, BASE + "handler_name: AlpacaStyleProcessRewardHandler\n")
+    with pytest.raises(ConfigError, match="MindSpeed-RL handler for process-reward-model data"):
         load_preprocess_config(str(path), tmp_path)
 
 
