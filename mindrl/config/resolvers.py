@@ -20,7 +20,7 @@ from mindrl.config.paths import CONFIG_DIR
 
 
 def _asset_builders() -> dict[str, Callable[[], Path]]:
-    from mindrl.assets import models, prompts, smollm2
+    from mindrl.assets import models, prompts, smollm2, teacher
 
     return {
         **models.TINY_ASSETS,
@@ -29,6 +29,7 @@ def _asset_builders() -> dict[str, Callable[[], Path]]:
         "smollm2_prompts": prompts.smollm2_prompts_dir,
         "tiny_prompts_val": prompts.tiny_prompts_val_dir,
         "smollm2_prompts_val": prompts.smollm2_prompts_val_dir,
+        "tiny_digit_teacher": teacher.tiny_digit_teacher_dir,
     }
 
 

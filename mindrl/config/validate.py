@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mindrl.algorithms.names import GROUP_ESTIMATORS, RETURN_ESTIMATORS
 from mindrl.config.dapo import DAPO, dapo_problems
+from mindrl.config.distillation import distillation_problems
 from mindrl.config.errors import ConfigError
 from mindrl.config.fates import is_default, warn_once
 from mindrl.config.lora import lora_problems
@@ -170,8 +171,9 @@ def _kl_problems(run: RunConfig) -> list[str]:
 
 def _algorithm_problems(run: RunConfig) -> list[str]:
     alg = run.rl.algorithm
-    out = []
-    if alg.adv_estimator in GROUP_ESTIMATORS and alg.n_samples_per_prompt < 2:
+    out = distillation_problems(run)
+    distill_only = run.rl.distillation.use_opd and not run.rl.distillation.use_task_rewards
+    if alg.adv_estimator in GROUP_ESTIMATORS and alg.n_samples_per_prompt < 2 and not distill_only:
         out.append(
             f"rl_config.n_samples_per_prompt: {alg.n_samples_per_prompt}; group-relative "
             f"advantages ({alg.adv_estimator}) need at least 2 samples per prompt"
@@ -439,9 +441,12 @@ def cross_field_problems(
         "ref": "reference_resource",
         "reward": "reward_resource",
         "critic": "critic_resource",
+        "teacher": "teacher_resource",
     }
     for role in run.roles:
         key = keys[role.role]
+        if role.role == "teacher" and res.teacher_resource is None:
+            key = "actor_resource"  # colocate_all_models: the actor's devices
         if role.role == "ref" and res.reference_resource is None:
             key = "actor_resource"
         if role.role == "critic" and res.critic_resource is None:
