@@ -25,7 +25,9 @@ def _special_tokens(tok: Any) -> dict[str, tuple[str | None, int | None]]:
     out: dict[str, tuple[str | None, int | None]] = {}
     for name in ("bos_token", "eos_token", "pad_token", "unk_token"):
         token = getattr(tok, name, None)
-        out[name] = (None, None) if token is None else (str(token), tok.convert_tokens_to_ids(token))
+        out[name] = (
+            (None, None) if token is None else (str(token), tok.convert_tokens_to_ids(token))
+        )
     for token in sorted(map(str, tok.all_special_tokens)):
         out[f"special {token!r}"] = (token, tok.convert_tokens_to_ids(token))
     return out
