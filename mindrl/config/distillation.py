@@ -11,12 +11,8 @@ checkpoint) on `rl_config.teacher_resource` devices, or the actor's with `coloca
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from mindrl.config.fields import spec
-
-if TYPE_CHECKING:
-    from mindrl.config.run import RunConfig
 
 
 @dataclass(frozen=True)
@@ -38,24 +34,3 @@ class DistillationConfig:
         "(adv_estimator over the rule rewards) to the distillation term, as slime always "
         "does; false: the reverse KL alone (Thinking Machines' recipe)",
     )
-
-
-def distillation_problems(run: RunConfig) -> list[str]:
-    """What on-policy distillation cannot run with (the teacher's tokenizer is compared
-    with the student's where both can be read: `mindrl.data.tokenizer_match`)."""
-    cfg = run.rl.distillation
-    if not cfg.use_opd:
-        return []
-    out = []
-    alg = run.rl.algorithm
-    if alg.adv_estimator == "gae" or run.critic is not None:
-        out.append(
-            "rl_config.use_opd: on-policy distillation with a critic (adv_estimator gae, "
-            "stage ray_ppo) is not built; use stage ray_grpo"
-        )
-    if cfg.use_task_rewards and not run.rl.reward.rule_reward and run.reward is None:
-        out.append(
-            "rl_config.use_task_rewards: true, but there is no reward (rule_reward is off "
-            "and no reward model)"
-        )
-    return out

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from mindrl.algorithms.names import GROUP_ESTIMATORS, RETURN_ESTIMATORS
 from mindrl.config.dapo import DAPO, dapo_problems
-from mindrl.config.distillation import distillation_problems
 from mindrl.config.errors import ConfigError
 from mindrl.config.fates import is_default, warn_once
 from mindrl.config.lora import lora_problems
@@ -169,9 +168,30 @@ def _kl_problems(run: RunConfig) -> list[str]:
     return out
 
 
+def _distillation_problems(run: RunConfig) -> list[str]:
+    """What on-policy distillation cannot run with (the teacher's tokenizer is compared
+    with the student's where both can be read: `mindrl.data.tokenizer_match`, before the run starts)."""
+    cfg = run.rl.distillation
+    if not cfg.use_opd:
+        return []
+    out = []
+    alg = run.rl.algorithm
+    if alg.adv_estimator == "gae" or run.critic is not None:
+        out.append(
+            "rl_config.use_opd: on-policy distillation with a critic (adv_estimator gae, "
+            "stage ray_ppo) is not built; use stage ray_grpo"
+        )
+    if cfg.use_task_rewards and not run.rl.reward.rule_reward and run.reward is None:
+        out.append(
+            "rl_config.use_task_rewards: true, but there is no reward (rule_reward is off "
+            "and no reward model)"
+        )
+    return out
+
+
 def _algorithm_problems(run: RunConfig) -> list[str]:
     alg = run.rl.algorithm
-    out = distillation_problems(run)
+    out = _distillation_problems(run)
     distill_only = run.rl.distillation.use_opd and not run.rl.distillation.use_task_rewards
     if alg.adv_estimator in GROUP_ESTIMATORS and alg.n_samples_per_prompt < 2 and not distill_only:
         out.append(
