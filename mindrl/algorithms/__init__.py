@@ -53,6 +53,11 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "overlong_filter",
         "truncated_responses",
     ),
+    "distillation": (
+        "DistillationAdvantages",
+        "distillation_advantages",
+        "reverse_kl_tokens",
+    ),
     "kl": (
         "AdaptiveKLController",
         "FixedKLController",

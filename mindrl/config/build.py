@@ -38,6 +38,7 @@ TOP_LEVEL_KEYS = (
     "ref_config",
     "reward_config",
     "critic_config",
+    "teacher_config",
     "rl_config",
     "generate_config",
     "runtime",
@@ -194,6 +195,7 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
     if actor is not None and actor.data.stage == DPO:
         ref = dpo_reference(actor)
     critic = _build_critic(raw, actor, res, problems, notes)
+    teacher = _build_teacher(raw, rl, problems, notes)
     if problems.items or generate is None or runtime is None or actor is None:
         raise ConfigError(problems.items)
     run = RunConfig(
@@ -207,6 +209,7 @@ def build_run_config(raw: Mapping[str, Any], config_name: str) -> RunConfig:
         runtime=runtime,
         notes=tuple(dict.fromkeys(notes)),
         profiler=profiler or ProfilerConfig(),
+        teacher=teacher,
     )
     run, reading = settle_mini_batch_reading(run, generation, unit_given)
     if reading:
@@ -257,6 +260,39 @@ def _build_critic(
         )
         return None
     return _build_role(raw, "critic", devices, problems, notes)
+
+
+def _build_teacher(
+    raw: Mapping[str, Any], rl: RLConfig, problems: _Problems, notes: list[str]
+) -> RoleConfig | None:
+    """On-policy distillation's teacher from teacher_config (rl_config.use_opd): its own
+    model (`teacher_config.model`, another family or size is fine) and checkpoint (`load`)."""
+    res = rl.resources
+    if not rl.distillation.use_opd:
+        if raw.get("teacher_config") is not None or res.teacher_resource is not None:
+            warn_once(
+                "teacher_config",
+                "teacher_config / rl_config.teacher_resource: no effect without "
+                "rl_config.use_opd: true (only on-policy distillation reads a teacher)",
+            )
+        return None
+    if raw.get("teacher_config") is None:
+        problems.add(
+            "rl_config.use_opd: on-policy distillation needs a teacher_config section (the "
+            "teacher's model and load path)"
+        )
+        return None
+    if res.teacher_resource is not None:
+        devices = int(res.teacher_resource.num_npus)
+    elif res.colocate_all_models:
+        devices = int(res.actor_resource.num_npus)
+    else:
+        problems.add(
+            "rl_config.teacher_resource: required for teacher_config (or set "
+            "rl_config.colocate_all_models: true to share the actor's devices)"
+        )
+        return None
+    return _build_role(raw, "teacher", devices, problems, notes)
 
 
 def _refuse_separate_roles(raw: Mapping[str, Any], res: Any, problems: _Problems) -> None:

@@ -92,6 +92,8 @@ def meaning_lines(run: RunConfig) -> list[str]:
             else "ref_config"
         )
     lines.append(f"reference model: {ref}")
+    if run.teacher is not None:
+        lines.append(f"distillation: {distillation_line(run)}")
     lines.append(f"rollout: {rollout_line(run)}")
     lines.append(f"precision: {precision_line(run)}")
     stage = dapo_line(run)
@@ -99,6 +101,22 @@ def meaning_lines(run: RunConfig) -> list[str]:
         lines.append(stage)
     lines.extend(run.notes)
     return lines
+
+
+def distillation_line(run: RunConfig) -> str:
+    """On-policy distillation: the teacher and what the advantage is made of."""
+    cfg, teacher = run.rl.distillation, run.teacher
+    assert teacher is not None
+    task = (
+        f" + the {run.rl.algorithm.adv_estimator} advantage of the rewards (use_task_rewards)"
+        if cfg.use_task_rewards
+        else " (the reward does not enter the advantage)"
+    )
+    return (
+        f"teacher model {teacher.model.name!r} from {teacher.ckpt.load} on "
+        f"{teacher.num_devices} device(s); advantage = -{cfg.opd_kl_coef:g} x "
+        f"(log p_student - log p_teacher) per token{task}"
+    )
 
 
 def precision_line(run: RunConfig) -> str:

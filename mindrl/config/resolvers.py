@@ -21,7 +21,7 @@ from mindrl.config.paths import CONFIG_DIR
 
 
 def _asset_builders() -> dict[str, Callable[[], Path]]:
-    from mindrl.assets import models, pairs, prompts, smollm2
+    from mindrl.assets import models, pairs, prompts, smollm2, teacher
 
     return {
         **models.TINY_ASSETS,
@@ -32,6 +32,7 @@ def _asset_builders() -> dict[str, Callable[[], Path]]:
         "smollm2_prompts_val": prompts.smollm2_prompts_val_dir,
         "tiny_pairs": pairs.tiny_pairs_dir,
         "tiny_pairs_val": pairs.tiny_pairs_val_dir,
+        "tiny_digit_teacher": teacher.tiny_digit_teacher_dir,
     }
 
 

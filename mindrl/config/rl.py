@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from mindrl.algorithms.loss_config import GRPOLossConfig
 from mindrl.algorithms.names import ADV_ESTIMATOR_NAMES, KL_CTRL_TYPES
+from mindrl.config.distillation import DistillationConfig
 from mindrl.config.fates import honoured, no_effect, refused
 from mindrl.config.fields import spec
 from mindrl.config.rl_features import (
@@ -228,6 +229,12 @@ class ResourceConfig:
     reference_resource: ResourceSpec | None = spec(None, fate=ROLE_DEVICES)
     reward_resource: ResourceSpec | None = spec(None, fate=ROLE_DEVICES)
     critic_resource: ResourceSpec | None = spec(None, fate=ROLE_DEVICES)
+    teacher_resource: ResourceSpec | None = spec(
+        None,
+        fate=ROLE_DEVICES,
+        help="mindrl: devices of the on-policy distillation teacher (teacher_config); unset: "
+        "the actor's, with colocate_all_models",
+    )
     vit_resource: ResourceSpec | None = spec(
         None, fate=refused("multimodal (a ViT worker): not built yet")
     )
@@ -340,6 +347,7 @@ RL_GROUPS: dict[str, type] = {
     "micro_batching": MicroBatchingConfig,
     "multimodal": MultimodalConfig,
     "transfer": TransferConfig,
+    "distillation": DistillationConfig,
 }
 
 
@@ -358,3 +366,4 @@ class RLConfig:
     micro_batching: MicroBatchingConfig
     multimodal: MultimodalConfig
     transfer: TransferConfig
+    distillation: DistillationConfig

@@ -330,12 +330,13 @@ ROLE_NAMES = {
     "ref": "ref_config",
     "reward": "reward_config",
     "critic": "critic_config",
+    "teacher": "teacher_config",
 }
 
 
 @dataclass(frozen=True)
 class RoleConfig:
-    """Everything one role (actor, ref, reward, critic) needs to build and run its model."""
+    """Everything one role (actor, ref, reward, critic, teacher) needs to build and run its model."""
 
     FLAT_GROUPS: ClassVar[bool] = True  # the groups' keys sit directly in the role's section
 

@@ -80,6 +80,7 @@ class RunConfig:
         "ref": "ref_config",
         "reward": "reward_config",
         "critic": "critic_config",
+        "teacher": "teacher_config",
         "rl": "rl_config",
         "generate": "generate_config",
         "runtime": "runtime",
@@ -96,13 +97,15 @@ class RunConfig:
     notes: tuple[str, ...] = ()  # what the builder decided (model family), said at start
     critic: RoleConfig | None = None  # PPO's value model (stage ray_ppo)
     profiler: ProfilerConfig = ProfilerConfig()  # MindSpeed-RL's profiler_config.integrated
+    teacher: RoleConfig | None = None  # on-policy distillation's teacher (teacher_config)
 
     @property
     def roles(self) -> list[RoleConfig]:
         """The roles that run processes of their own (a reference in the actor, LoRA base or
         weight snapshot, runs in the actor's)."""
         ref = None if self.reference_in_actor else self.ref
-        return [r for r in (self.actor, ref, self.reward, self.critic) if r is not None]
+        roles = (self.actor, ref, self.reward, self.critic, self.teacher)
+        return [r for r in roles if r is not None]
 
     @property
     def rollout_on_servers(self) -> bool:

@@ -169,10 +169,32 @@ def _kl_problems(run: RunConfig) -> list[str]:
     return out
 
 
+def _distillation_problems(run: RunConfig) -> list[str]:
+    """What on-policy distillation cannot run with (the teacher's tokenizer is compared
+    with the student's where both can be read: `mindrl.data.tokenizer_match`, before the run starts)."""
+    cfg = run.rl.distillation
+    if not cfg.use_opd:
+        return []
+    out = []
+    alg = run.rl.algorithm
+    if alg.adv_estimator == "gae" or run.critic is not None:
+        out.append(
+            "rl_config.use_opd: on-policy distillation with a critic (adv_estimator gae, "
+            "stage ray_ppo) is not built; use stage ray_grpo"
+        )
+    if cfg.use_task_rewards and not run.rl.reward.rule_reward and run.reward is None:
+        out.append(
+            "rl_config.use_task_rewards: true, but there is no reward (rule_reward is off "
+            "and no reward model)"
+        )
+    return out
+
+
 def _algorithm_problems(run: RunConfig) -> list[str]:
     alg = run.rl.algorithm
-    out = []
-    if alg.adv_estimator in GROUP_ESTIMATORS and alg.n_samples_per_prompt < 2:
+    out = _distillation_problems(run)
+    distill_only = run.rl.distillation.use_opd and not run.rl.distillation.use_task_rewards
+    if alg.adv_estimator in GROUP_ESTIMATORS and alg.n_samples_per_prompt < 2 and not distill_only:
         out.append(
             f"rl_config.n_samples_per_prompt: {alg.n_samples_per_prompt}; group-relative "
             f"advantages ({alg.adv_estimator}) need at least 2 samples per prompt"
@@ -440,9 +462,12 @@ def cross_field_problems(
         "ref": "reference_resource",
         "reward": "reward_resource",
         "critic": "critic_resource",
+        "teacher": "teacher_resource",
     }
     for role in run.roles:
         key = keys[role.role]
+        if role.role == "teacher" and res.teacher_resource is None:
+            key = "actor_resource"  # colocate_all_models: the actor's devices
         if role.role == "ref" and res.reference_resource is None:
             key = "actor_resource"
         if role.role == "critic" and res.critic_resource is None:

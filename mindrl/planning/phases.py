@@ -286,9 +286,10 @@ def _device_peak(group: str, num_devices: int, plans: list[RolePlan]) -> DeviceP
     return best
 
 
-# passes that run at the same time: the reference's log-probs beside the old policy's (the
-# plan has no forward phase of the actor's own: its training phase bounds it)
-OVERLAPPING = ((("ref", "forward"), ("actor", "train")),)
+# passes that run at the same time: the reference's and the distillation teacher's log-probs
+# beside the old policy's (the plan has no forward phase of the actor's own: its training
+# phase bounds it)
+OVERLAPPING = ((("ref", "forward"), ("teacher", "forward"), ("actor", "train")),)
 
 
 def host_total(run: RunConfig, plans: dict[str, RolePlan], hybrid: bool) -> float:

@@ -10,6 +10,7 @@ import torch
 
 from mindrl.algorithms.kl import FixedKLController as KLController
 from mindrl.algorithms.names import RETURN_ESTIMATORS
+from mindrl.config.distillation import DistillationConfig
 from mindrl.config.rl import AlgorithmConfig
 from mindrl.data.batch import SampleBatch
 
@@ -34,9 +35,14 @@ def compute_step_advantages(
     old_lp: torch.Tensor | None = None,
     ref_lp: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
+    *,
+    teacher: torch.Tensor | None = None,
+    distillation: DistillationConfig | None = None,
 ) -> Advantages:
     """Advantages of `batch` from its `scores`; the KL controller adapts to this step's KL
-    when the penalty goes into the reward."""
+    when the penalty goes into the reward. With on-policy distillation (`distillation.use_opd`)
+    the advantage is the per-token reverse KL of the student (`old_lp`) against the
+    `teacher`, plus the estimator's advantage of the scores with `use_task_rewards`."""
     from mindrl.algorithms import compute_advantages, kl_penalized_rewards, overlong_filter
 
     mask = batch.response_mask
@@ -56,6 +62,8 @@ def compute_step_advantages(
         metrics["actor/reward_kl_penalty"] = penalized.mean_kl
         metrics["actor/reward_kl_penalty_coeff"] = float(kl_ctrl.value)
         kl_ctrl.update(penalized.mean_kl, batch.size)
+    if distillation is not None and distillation.use_opd:
+        return _distilled(rewards, alg, mask, metrics, old_lp, teacher, distillation)
     if alg.adv_estimator == "gae":
         return _gae(rewards, values, mask, alg, metrics, penalized_tokens=rewards is not scores)
     adv = compute_advantages(
@@ -86,3 +94,27 @@ def _gae(
     metrics["critic/values_mean"] = float(values[valid].mean()) if valid.any() else 0.0
     metrics["critic/returns_mean"] = float(returns[valid].mean()) if valid.any() else 0.0
     return Advantages(whiten(adv, valid), mask, metrics, returns)
+
+
+def _distilled(
+    rewards: torch.Tensor,
+    alg: AlgorithmConfig,
+    mask: torch.Tensor,
+    metrics: dict[str, float],
+    student_lp: torch.Tensor | None,
+    teacher_lp: torch.Tensor | None,
+    cfg: DistillationConfig,
+) -> Advantages:
+    """On-policy distillation's token advantages; the task's (the configured estimator over
+    the rewards) added with `use_task_rewards`."""
+    from mindrl.algorithms import compute_advantages, distillation_advantages
+
+    if student_lp is None or teacher_lp is None:
+        raise ValueError("on-policy distillation needs the student's and the teacher's log-probs")
+    task = None
+    if cfg.use_task_rewards:
+        task = compute_advantages(
+            alg.adv_estimator, rewards, alg.n_samples_per_prompt, mask, gamma=alg.gamma
+        )
+    out = distillation_advantages(student_lp, teacher_lp, mask, cfg.opd_kl_coef, task)
+    return Advantages(out.values, mask, {**metrics, **out.metrics})

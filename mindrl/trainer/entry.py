@@ -28,6 +28,7 @@ from mindrl.config.fates import handoffs
 from mindrl.config.meaning import meaning_lines
 from mindrl.config.profiler import profiler_problems, profiler_warnings
 from mindrl.config.run import RunConfig
+from mindrl.data.tokenizer_match import distillation_tokenizer_problems
 from mindrl.planning import plan_memory
 from mindrl.trainer.trackers import tracker_problems
 from mindrl.trainer.worker_env import handed_env
@@ -171,9 +172,10 @@ def main(argv: list[str] | None = None, *, stage: str | None = None) -> int:
                     else "megatron_training.stage: dpo runs with cli/train_dpo.py"
                 ]
             )
-        tracker_issues = tracker_problems(run.rl.logging)  # wandb / swanlab importable, modes
-        if tracker_issues:
-            raise ConfigError(tracker_issues)
+        issues = tracker_problems(run.rl.logging)  # wandb / swanlab importable, modes
+        issues.extend(distillation_tokenizer_problems(run))  # the teacher reads the same ids
+        if issues:
+            raise ConfigError(issues)
         if args.dry_run:
             warnings = dry_run_path_warnings(run)
         check = plan_for(run, raw, dry_run=args.dry_run)

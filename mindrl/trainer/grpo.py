@@ -42,33 +42,49 @@ def recomputes_old_log_probs(run: RunConfig) -> bool:
     """Whether the old policy's log-probs need their own forward pass: only when a batch
     gets several optimizer steps (later ones see a moved policy; with
     `recompute_old_log_prob: in_update` the update makes them itself) or the KL-in-reward
-    penalty reads them before the update."""
+    penalty reads them before the update, or on-policy distillation compares them with the
+    teacher's."""
     alg = run.rl.algorithm
     if uses_kl_in_reward(alg) or alg.recompute_old_log_prob == "always":
+        return True
+    if run.rl.distillation.use_opd:  # the student's log-probs of its samples, before the update
         return True
     # in_update: the actor's update computes what its later mini-batches need
     return run.optimizer_steps_per_rl_step > 1 and alg.recompute_old_log_prob == "auto"
 
 
-def log_probs_passes(
-    t: Trainer, batch: Any, timer: Timer
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """The reference's and the old policy's log-probs of the batch. The reference pass is
-    started first and the old-policy pass runs while it goes: on their own workers they
-    overlap (`timing/ref` is then the reference's latency from its start, and the two
-    timings add up to more than `timing/log_probs`, the wall time of both)."""
+@dataclass(frozen=True)
+class StepLogProbs:
+    """One batch's log-probs of its tokens: the reference's, the old policy's (the
+    student's, for distillation) and the distillation teacher's; None where not computed."""
+
+    ref: torch.Tensor | None
+    old: torch.Tensor | None
+    teacher: torch.Tensor | None = None
+
+
+def log_probs_passes(t: Trainer, batch: Any, timer: Timer) -> StepLogProbs:
+    """The reference's, the teacher's and the old policy's log-probs of the batch. The
+    reference and teacher passes are started first and the old-policy pass runs while they
+    go: on their own workers they overlap (`timing/ref` and `timing/teacher` are then their
+    latencies from their start, and the timings add up to more than `timing/log_probs`, the
+    wall time of all)."""
     roles = t.roles
     old_lp = None
     with timer("log_probs"):
         start = time.perf_counter()
         pending = roles.ref.start_log_probs(batch) if roles.ref is not None else None
+        teaching = roles.teacher.start_log_probs(batch) if roles.teacher is not None else None
         if recomputes_old_log_probs(t.run):  # else on-policy: the update's own log-probs
             with timer("old_log_prob"):
                 old_lp = roles.actor.log_probs(batch)
         ref_lp = pending.result() if pending is not None else None
         if pending is not None:
             timer.record("ref", time.perf_counter() - start)
-    return ref_lp, old_lp
+        teacher_lp = teaching.result() if teaching is not None else None
+        if teaching is not None:
+            timer.record("teacher", time.perf_counter() - start)
+    return StepLogProbs(ref_lp, old_lp, teacher_lp)
 
 
 def grpo_step(
@@ -91,7 +107,8 @@ def grpo_step(
             batch, scored, sampling_metrics = partial.take(step, timer, between_phases)
         else:  # one generation batch, or DAPO's dynamic sampling over several
             batch, scored, sampling_metrics = rollout_and_score(t, step, timer, between_phases)
-        ref_lp, old_lp = log_probs_passes(t, batch, timer)
+        passes = log_probs_passes(t, batch, timer)
+        ref_lp, old_lp = passes.ref, passes.old
         if old_lp is not None:
             batch = batch.with_tensors(old_log_probs=old_lp)
         values = None
@@ -101,7 +118,15 @@ def grpo_step(
         between_phases()
         with timer("adv"):
             adv = compute_step_advantages(
-                batch, scored.scores, run.rl.algorithm, t.kl_ctrl, old_lp, ref_lp, values
+                batch,
+                scored.scores,
+                run.rl.algorithm,
+                t.kl_ctrl,
+                old_lp,
+                ref_lp,
+                values,
+                teacher=passes.teacher,
+                distillation=run.rl.distillation,
             )
         batch = batch.with_response_mask(adv.response_mask).with_tensors(advantages=adv.values)
         if ref_lp is not None:

@@ -23,6 +23,7 @@ from mindrl.workers.facades import (
     RewardModelGroup,
     RolloutGenerator,
     RolloutGroup,
+    TeacherGroup,
 )
 from mindrl.workers.server_rollout import ServerRolloutGroup
 
@@ -44,6 +45,7 @@ class Roles:
     groups: list[WorkerGroup]
     placement_groups: dict[str, Any]
     critic: CriticGroup | None = None  # PPO's value model (critic_config)
+    teacher: TeacherGroup | None = None  # on-policy distillation's teacher (teacher_config)
 
     @property
     def generator(self) -> RolloutGenerator:
@@ -100,7 +102,7 @@ def role_worker(role: str, run: RunConfig) -> tuple[type, tuple[Any, ...]]:
     error naming the known ones (a plan from a newer config must not start a class-less group)."""
     from mindrl.workers.actor import ActorWorker
     from mindrl.workers.critic import CriticWorker
-    from mindrl.workers.megatron_worker import ReferenceWorker
+    from mindrl.workers.megatron_worker import ReferenceWorker, TeacherWorker
     from mindrl.workers.reward import RewardWorker
     from mindrl.workers.rollout import RolloutWorker
 
@@ -110,6 +112,7 @@ def role_worker(role: str, run: RunConfig) -> tuple[type, tuple[Any, ...]]:
         "rollout": (RolloutWorker, (run,)),
         "reward": (RewardWorker, (run,)),
         "critic": (CriticWorker, (run,)),
+        "teacher": (TeacherWorker, (run,)),
     }
     if role not in workers:
         raise ValueError(f"no worker for role {role!r}; the known roles: {', '.join(workers)}")
@@ -174,7 +177,9 @@ def start_roles(
     except BaseException:
         shutdown_groups(list(groups.values()), pgs)
         raise
-    ref, reward, rollout, critic = (groups.get(r) for r in ("ref", "reward", "rollout", "critic"))
+    ref, reward, rollout, critic, teacher = (
+        groups.get(r) for r in ("ref", "reward", "rollout", "critic", "teacher")
+    )
     actor = ActorGroup(groups["actor"])
     reference: ReferenceGroup | ReferenceInActor | None = None
     if ref is not None:
@@ -189,4 +194,5 @@ def start_roles(
         groups=list(groups.values()),
         placement_groups=pgs,
         critic=CriticGroup(critic) if critic is not None else None,
+        teacher=TeacherGroup(teacher) if teacher is not None else None,
     )

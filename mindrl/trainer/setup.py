@@ -151,6 +151,8 @@ def start_models(run: RunConfig, roles: Roles, resume: ResumePoint | None) -> No
         roles.reward.init_model()
     if roles.critic is not None:
         roles.critic.init_model(str(resume.iter_dir) if resume else None)
+    if roles.teacher is not None:
+        roles.teacher.init_model()
     if roles.rollout is not None:
         roles.rollout.start(roles.actor)
 

@@ -169,6 +169,11 @@ class ReferenceGroup:
         return _start_log_probs(self.group, batch)
 
 
+class TeacherGroup(ReferenceGroup):
+    """On-policy distillation's frozen teacher: the same calls as the reference (a
+    forward-only model on its own workers), another model."""
+
+
 class ReferenceInActor:
     """The reference in the actor's processes (no model of its own): the actor's LoRA base
     (rl_config.share_backbone, adapters off) or a snapshot of its weights swapped in for the

@@ -37,7 +37,13 @@ class MegatronModelWorker(ProfiledWorker, Worker):
         # first: MindSpeed's adaptor before any megatron import of this process (on NPU)
         prepare_megatron(os.environ.get("MINDRL_ACCELERATOR", run.runtime.accelerator))
         self.run = run
-        roles = {"actor": run.actor, "ref": run.ref, "reward": run.reward, "critic": run.critic}
+        roles = {
+            "actor": run.actor,
+            "ref": run.ref,
+            "reward": run.reward,
+            "critic": run.critic,
+            "teacher": run.teacher,
+        }
         self.cfg: RoleConfig = roles[role]  # type: ignore[assignment]
         self.role = role
         self.model_chunks: list[Any] = []
@@ -152,14 +158,16 @@ class MegatronModelWorker(ProfiledWorker, Worker):
     def compute_log_prob(self, batch: SampleBatch, pass_name: str | None = None) -> torch.Tensor:
         """Per-token log-probs [B, S-1] of `batch` under this model (no grad), fp32; 0 off the
         response columns (only those are computed). `pass_name` picks the packing settings
-        ("ref" or "actor"; default: this worker's role)."""
+        ("ref" or "actor"; default: "actor" for the actor, else "ref": the frozen models'
+        forward passes, the reference's and the distillation teacher's, share them)."""
         from mindrl.data.batch import micro_batch_size
         from mindrl.data.packing import pass_packing
         from mindrl.models.forward_pass import forward_only
 
         for chunk in self.model_chunks:
             chunk.eval()
-        ref = (pass_name or self.role) == "ref"
+        pass_name = pass_name or ("actor" if self.role == "actor" else "ref")
+        ref = pass_name == "ref"
         stage = "reference_compute_log_prob" if ref else "actor_compute_log_prob"
         with self.stage_profiler().stage(stage), self.releasing_memory():
             return forward_only(
@@ -170,10 +178,7 @@ class MegatronModelWorker(ProfiledWorker, Worker):
                 micro_batch_size=micro_batch_size(self.cfg.batch.micro_batch_size, batch.size),
                 response_mask=batch.response_mask,
                 prompt_lengths=batch.prompt_lengths,
-                packing=pass_packing(
-                    self.run.rl.micro_batching,
-                    pass_name or ("ref" if self.role == "ref" else "actor"),
-                ),
+                packing=pass_packing(self.run.rl.micro_batching, pass_name),
             ).cpu()
 
     @contextlib.contextmanager
@@ -204,3 +209,12 @@ class ReferenceWorker(MegatronModelWorker):
 
     def __init__(self, run: RunConfig):
         super().__init__(run, "ref")
+
+
+class TeacherWorker(MegatronModelWorker):
+    """On-policy distillation's frozen teacher (teacher_config): its log-probs of the
+    student's sampled tokens, never updated. Its model may be of another family or size
+    than the actor's; the tokenizer is the same (checked before the run starts)."""
+
+    def __init__(self, run: RunConfig):
+        super().__init__(run, "teacher")

@@ -147,6 +147,7 @@ class FakeRoles:
     reward: Any = None
     rollout: Any = None
     critic: Any = None
+    teacher: Any = None  # on-policy distillation's teacher (none here)
 
     @property
     def generator(self):
