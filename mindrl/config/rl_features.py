@@ -16,7 +16,9 @@ from mindrl.config.fields import spec
 # read by mindrl.config.dapo into the algorithm settings of stage ray_dapo (warned as no
 # effect with ray_grpo)
 DAPO_LOSS = honoured("RLConfig.algorithm")
-MULTI_TURN = honoured("the agent loop (mindrl.rollout.agent_rollout), with multi_turn_enable")
+MULTI_TURN = (
+    honoured()
+)  # mindrl.config.multi_turn checks them, mindrl.rollout.agent_rollout reads them
 PACKING = honoured()  # mindrl.data.packing.pass_packing: the actor's and reference's passes
 PACKING_BASE = no_effect(
     "MindSpeed-RL's passes read ref_/actor_/update_max_packing_token_size and "
