@@ -3,8 +3,9 @@ names and meaning), and where the tool YAML is read from.
 
 What does not combine, each refused by name: the HF engine (the agent loop steps vLLM's engine
 itself), a user's vLLM server, an inference-TP group in the actor (its ranks would have to step
-in lockstep while tools finish in any order), partial rollout and the one-step-off pipeline
-(a response's tool state would have to outlive the step; not built).
+in lockstep while tools finish in any order), partial rollout (a response's tool state would
+have to outlive the step; not built). The one-step-off pipeline works: its rollout workers run
+the same loop.
 """
 
 from __future__ import annotations
@@ -57,8 +58,6 @@ def multi_turn_problems(run: RunConfig, *, check_paths: bool = True) -> list[str
         )
     if mode.partial_rollout_max_split > 1:
         out.append(f"{key} with partial rollout (partial_rollout_max_split > 1) is not built")
-    if run.rl.resources.rollout_staleness >= 1:
-        out.append(f"{key} with rl_config.rollout_staleness: 1 is not built")
     if mode.max_tool_calls < 1:
         out.append(f"{key}: rl_config.max_tool_calls must be >= 1 (tool calls per response)")
     if mode.max_parallel_calls < 1:

@@ -216,3 +216,21 @@ def test_tool_answers_are_cut_as_mindspeed_rl_cuts_them(side: str, expected: str
     assert truncate_tool_text("abcdefghij", 4, side) == expected
     assert truncate_tool_text("abc", 4, side) == "abc"
     assert truncate_tool_text("abcdefghij", 0, side) == "abcdefghij"
+
+
+def test_the_loss_mask_reaches_the_batch_response_mask() -> None:
+    from mindrl.data.batch import build_sample_batch
+
+    batch = build_sample_batch(
+        [[1, 2, 3], [4, 5]],
+        [[10, 11, 12, 13], [14, 15]],
+        pad_id=0,
+        loss_masks=[[1, 0, 0, 1], None],
+    )
+    # column j predicts token j + 1: the responses start at columns 2 and 1
+    assert batch.response_mask.tolist() == [
+        [0.0, 0.0, 1.0, 0.0, 0.0, 1.0],
+        [0.0, 1.0, 1.0, 0.0, 0.0, 0.0],
+    ]
+    with pytest.raises(ValueError, match="a loss mask of 1 for 4 tokens"):
+        build_sample_batch([[1]], [[2, 3, 4, 5]], pad_id=0, loss_masks=[[1]])
