@@ -149,7 +149,30 @@ def rollout_line(run: RunConfig) -> str:
         where += "; one step off-policy (rollout_staleness: 1)"
     if splits > 1:
         where += f"; partial, responses in up to {splits} rounds (partial_rollout_max_split)"
+    if run.rl.rollout_mode.multi_turn_enable:
+        where += "; " + tools_line(run)
     return where
+
+
+def tools_line(run: RunConfig) -> str:
+    """Multi-turn rollout's tools as the tool YAML declares them (read, nothing imported)."""
+    from mindrl.config.multi_turn import tool_config_file, tool_parser_name
+    from mindrl.tools.registry import ToolConfigError, read_tool_config
+
+    mode = run.rl.rollout_mode
+    head = (
+        f"multi-turn, {tool_parser_name(mode.tool_parser_format)} tool calls, at most "
+        f"{mode.max_tool_calls} per response"
+    )
+    if not mode.tool_config_path:
+        return head + ", no tool_config_path"
+    path = tool_config_file(mode.tool_config_path)
+    try:
+        entries = read_tool_config(path)
+    except ToolConfigError as exc:
+        return f"{head}; tools not read here: {exc}"
+    tools = ", ".join(f"{e.schema.name} ({e.class_name})" for e in entries)
+    return f"{head}, tools {tools} from {path}"
 
 
 def dapo_line(run: RunConfig) -> str | None:

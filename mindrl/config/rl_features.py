@@ -16,7 +16,9 @@ from mindrl.config.fields import spec
 # read by mindrl.config.dapo into the algorithm settings of stage ray_dapo (warned as no
 # effect with ray_grpo)
 DAPO_LOSS = honoured("RLConfig.algorithm")
-MULTI_TURN = no_effect("only multi-turn rollout reads it (multi_turn_enable: not built yet)")
+MULTI_TURN = (
+    honoured()
+)  # mindrl.config.multi_turn checks them, mindrl.rollout.agent_rollout reads them
 PACKING = honoured()  # mindrl.data.packing.pass_packing: the actor's and reference's passes
 PACKING_BASE = no_effect(
     "MindSpeed-RL's passes read ref_/actor_/update_max_packing_token_size and "
@@ -89,18 +91,60 @@ class RolloutModeConfig:
         ),
     )
     async_engine: bool = spec(
-        False, fate=no_effect("mindrl drives vLLM's engine synchronously, one batch per call")
+        False,
+        fate=no_effect(
+            "multi-turn rollout always steps vLLM's engine continuously (turns join the next "
+            "engine step as they arrive); single-turn generation is one batch per call"
+        ),
     )
     multi_turn_enable: bool = spec(
-        False, fate=refused("multi-turn tool-calling rollout: not built yet")
+        False,
+        fate=MULTI_TURN,
+        help="tool-calling rollout: each response alternates model turns and tool answers "
+        "(tools from tool_config_path), the loss on the model's tokens only",
     )
-    tool_config_path: str | None = spec(None, fate=MULTI_TURN)
-    tool_parser_format: str | None = spec(None, fate=MULTI_TURN)
-    tool_response_truncate_side: str | None = spec(None, fate=MULTI_TURN)
-    max_tool_calls: int = spec(0, fate=MULTI_TURN)
-    max_parallel_calls: int = spec(0, fate=MULTI_TURN)
-    max_total_response_length: int = spec(0, fate=MULTI_TURN)
-    max_tool_response_length: int = spec(0, fate=MULTI_TURN)
+    tool_config_path: str | None = spec(
+        None,
+        fate=MULTI_TURN,
+        help="the tool YAML (MindSpeed-RL's / verl's tools: [{class_name, config, "
+        "tool_schema}]); a relative path is read from the working directory, as MindSpeed-RL "
+        "does, else from mindrl's checkout",
+    )
+    tool_parser_format: str | None = spec(
+        None, fate=MULTI_TURN, help="how tool calls are read from a turn (null: hermes)"
+    )
+    tool_response_truncate_side: str | None = spec(
+        None,
+        fate=MULTI_TURN,
+        choices=(None, "left", "middle", "right"),
+        help="which part of a long tool answer is kept: left (its start), right (its end), "
+        "middle / null (both ends)",
+    )
+    max_tool_calls: int = spec(
+        0, ge=0, fate=MULTI_TURN, help="tool calls per response at most (>= 1 with multi-turn)"
+    )
+    max_parallel_calls: int = spec(
+        0,
+        ge=0,
+        fate=MULTI_TURN,
+        help="calls run at once from one turn; further calls in that turn are not run",
+    )
+    max_total_response_length: int = spec(
+        0,
+        ge=0,
+        fate=MULTI_TURN,
+        help="tokens of a response over all its turns (model and tool); >= max_tokens",
+    )
+    max_tool_response_length: int = spec(
+        0, ge=0, fate=MULTI_TURN, help="characters of a tool answer kept (0: all)"
+    )
+    tool_call_timeout: float = spec(
+        60.0,
+        gt=0.0,
+        fate=MULTI_TURN,
+        help="mindrl's own key: seconds a tool call may take before the model is told it "
+        "timed out (counted in agent/tool_timeouts)",
+    )
 
 
 @dataclass(frozen=True)

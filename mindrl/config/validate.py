@@ -16,6 +16,7 @@ from mindrl.config.dpo import DPO, dpo_problems
 from mindrl.config.errors import ConfigError
 from mindrl.config.fates import is_default, warn_once
 from mindrl.config.lora import lora_problems
+from mindrl.config.multi_turn import multi_turn_problems
 from mindrl.config.packing import packing_problems
 from mindrl.config.pipeline import partial_rollout_problems, pipeline_problems
 from mindrl.config.ppo import ppo_problems
@@ -483,6 +484,7 @@ def cross_field_problems(
     out.extend(packing_problems(run))
     out.extend(pipeline_problems(run))
     out.extend(partial_rollout_problems(run))
+    out.extend(multi_turn_problems(run, check_paths=check_paths and local_paths))
     out.extend(server_problems(run))
     out.extend(_validation_problems(run))
     out.extend(reference_in_actor_problems(run))

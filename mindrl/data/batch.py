@@ -179,8 +179,13 @@ def build_sample_batch(
     pad_id: int,
     meta: dict[str, list[Any]] | None = None,
     rollout_log_probs: list[list[float]] | None = None,
+    loss_masks: list[list[int] | None] | None = None,
 ) -> SampleBatch:
-    """Lay out prompt + response rows; rollout log-probs land on the response columns."""
+    """Lay out prompt + response rows; rollout log-probs land on the response columns.
+
+    ``loss_masks`` (multi-turn rollout): per response, 1 on the tokens the model generated and
+    0 on inserted tool and template tokens, which `response_mask` then leaves out of the loss
+    (None for a response that is all the model's)."""
     if len(prompts) != len(responses):
         raise ValueError(f"{len(prompts)} prompts for {len(responses)} responses")
     lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
@@ -208,6 +213,15 @@ def build_sample_batch(
     start = (prompt_lengths - 1)[:, None]  # column predicting the first response token
     predicted = columns[: seq - 1]
     response_mask = ((predicted >= start) & (predicted < start + response_lengths[:, None])).float()
+    for i, mask in enumerate(loss_masks or ()):
+        if mask is None:
+            continue
+        if len(mask) != len(responses[i]):
+            raise ValueError(
+                f"sample {i}: a loss mask of {len(mask)} for {len(responses[i])} tokens"
+            )
+        first = len(prompts[i]) - 1
+        response_mask[i, first : first + len(mask)] = torch.tensor(mask, dtype=torch.float32)
     batch = SampleBatch(
         input_ids=input_ids,
         attention_mask=attention_mask,

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mindrl.rollout.agent_turns import AgentStats
+
 if TYPE_CHECKING:
     import torch
 
@@ -132,17 +134,28 @@ class RolloutResult:
 
 @dataclass(frozen=True, slots=True)
 class RolloutRow:
-    """One response; `prompt_index` counts within the prompts the worker was given."""
+    """One response; `prompt_index` counts within the prompts the worker was given.
+
+    A multi-turn response also carries its loss mask (1 on the model's tokens, 0 on inserted
+    tool and template tokens; None: all the model's) and what its agent loop did.
+    """
 
     prompt_index: int
     token_ids: list[int]
     log_probs: list[float]
     finish_reason: str
+    loss_mask: list[int] | None = None
+    agent: AgentStats | None = None
 
     def shifted(self, offset: int) -> RolloutRow:
         """The same row with its prompt index counted in a larger list of prompts."""
         return RolloutRow(
-            self.prompt_index + offset, self.token_ids, self.log_probs, self.finish_reason
+            self.prompt_index + offset,
+            self.token_ids,
+            self.log_probs,
+            self.finish_reason,
+            self.loss_mask,
+            self.agent,
         )
 
 

@@ -206,12 +206,11 @@ class VLLMRolloutEngine(RolloutEngine):
         rng = self._rng if sampling.seed is None else random.Random(sampling.seed)
         return [rng.getrandbits(_SEED_BITS) for _ in range(n_prompts)]
 
-    def generate(
-        self, prompt_token_ids: list[list[int]], sampling: RolloutSampling
-    ) -> list[RolloutResult]:
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
+    def start_call(
+        self, prompt_token_ids: Sequence[Sequence[int]], sampling: RolloutSampling
+    ) -> list[int]:
+        """Check the engine can generate, empty the prefix cache, and draw one seed per
+        prompt (`generate` and the agent loop's turns start a call alike)."""
         if self._asleep_tags:
             raise RuntimeError(
                 f"vLLM rollout engine is asleep ({sorted(self._asleep_tags)} released): call "
@@ -231,29 +230,43 @@ class VLLMRolloutEngine(RolloutEngine):
             # shared within the call (a prompt's samples, repeated prompts), never across
             # calls: samples depend on the call alone (resume, engines with one seed agree)
             self.llm.reset_prefix_cache()
-        seeds = self._request_seeds(len(prompt_token_ids), sampling)
+        return self._request_seeds(len(prompt_token_ids), sampling)
+
+    @staticmethod
+    def sampling_params(
+        sampling: RolloutSampling, seed: int, *, n: int | None = None, max_tokens: int | None = None
+    ) -> Any:
+        """vLLM's ``SamplingParams`` for one request: ids only, the sampled tokens' raw
+        log-probs."""
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            n=sampling.n if n is None else n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            min_p=sampling.min_p,
+            max_tokens=sampling.max_tokens if max_tokens is None else max_tokens,
+            seed=seed,
+            stop_token_ids=list(sampling.stop_token_ids),
+            ignore_eos=sampling.ignore_eos,
+            logprobs=0,
+            flat_logprobs=True,
+            detokenize=False,
+        )
+
+    def generate(
+        self, prompt_token_ids: list[list[int]], sampling: RolloutSampling
+    ) -> list[RolloutResult]:
+        from vllm.inputs import TokensPrompt
+
+        seeds = self.start_call(prompt_token_ids, sampling)
         # vLLM marks the other keys typing.NotRequired, unknown to a Python 3.10 check
         prompts = [
             TokensPrompt(prompt_token_ids=list(ids))  # type: ignore[typeddict-item]
             for ids in prompt_token_ids
         ]
-        params = [
-            SamplingParams(
-                n=sampling.n,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                top_k=sampling.top_k,
-                min_p=sampling.min_p,
-                max_tokens=sampling.max_tokens,
-                seed=seed,
-                stop_token_ids=list(sampling.stop_token_ids),
-                ignore_eos=sampling.ignore_eos,
-                logprobs=0,
-                flat_logprobs=True,
-                detokenize=False,
-            )
-            for seed in seeds
-        ]
+        params = [self.sampling_params(sampling, seed) for seed in seeds]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [
             _result(p, completion)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mindrl.config.run import RunConfig
+from mindrl.rollout.agent_turns import agent_step_metrics
 from mindrl.trainer.advantage_step import compute_step_advantages, uses_kl_in_reward
 from mindrl.trainer.dynamic_sampling import rollout_and_score
 from mindrl.trainer.metrics import Timer
@@ -158,7 +159,8 @@ def grpo_step(
         epochs=run.rl.algorithm.epochs,
     )
     padding = padding_metrics(batch, run, old_lp is not None)
-    return {**metrics, **sampling_metrics, **critic_metrics, **padding}, scored
+    agent = agent_step_metrics(batch.meta.get("agent", []))  # multi-turn rollout only
+    return {**metrics, **sampling_metrics, **critic_metrics, **padding, **agent}, scored
 
 
 def run_state_now(

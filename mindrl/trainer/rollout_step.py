@@ -104,15 +104,20 @@ def rows_to_batch(
     texts and dataset columns."""
     rows = assemble_rollouts([len(c) for c in chunks], slices, rows_by_rank)
     source = [records[r.prompt_index] for r in rows]
+    meta = {
+        "label": [rec.label for rec in source],
+        "prompt_text": [rec.prompt_text for rec in source],
+        "finish_reason": [r.finish_reason for r in rows],
+        "extra": [dataset_columns(rec) for rec in source],
+    }
+    multi_turn = any(r.agent is not None for r in rows)
+    if multi_turn:  # what each sample's agent loop did, for the step's metrics
+        meta["agent"] = [r.agent for r in rows]
     return build_sample_batch(
         [prompts[r.prompt_index] for r in rows],
         [r.token_ids for r in rows],
         pad_id,
-        meta={
-            "label": [rec.label for rec in source],
-            "prompt_text": [rec.prompt_text for rec in source],
-            "finish_reason": [r.finish_reason for r in rows],
-            "extra": [dataset_columns(rec) for rec in source],
-        },
+        meta=meta,
         rollout_log_probs=[r.log_probs for r in rows],
+        loss_masks=[r.loss_mask for r in rows] if multi_turn else None,
     )

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mindrl.checkpoint.hf_io import is_hf_folder
 from mindrl.config.model_arch import ModelArchConfig
@@ -35,6 +35,9 @@ from mindrl.rollout.base import RolloutEngine, RolloutRow, RolloutSampling, roll
 from mindrl.workers.memory_phases import MemoryPhases, Phase, memory_metrics
 from mindrl.workers.offload import TrainingStateOffload
 from mindrl.workers.weight_transfer import stream_weights
+
+if TYPE_CHECKING:
+    from mindrl.rollout.agent_rollout import AgentRollout
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +80,7 @@ class HybridEngine:
         self.arch = arch
         self.slice = RolloutSlice(rank, run.generate.infer_tensor_parallel_size)
         self.engine: RolloutEngine | None = None
+        self.agent: AgentRollout | None = None  # multi-turn tool rollout (multi_turn_enable)
         self.offload: TrainingStateOffload | None = None
         self.phases = MemoryPhases()
         self.events: list[str] = []  # what was done, in order (bounded): the choreography
@@ -109,6 +113,11 @@ class HybridEngine:
             beside_training=True,
             kv_cache_bytes=cpu_kv_cache(self.run).bytes,
         )
+        if self.run.rl.rollout_mode.multi_turn_enable:
+            from mindrl.rollout.agent_rollout import AgentRollout
+
+            tokenizer = self.run.actor.data.tokenizer_name_or_path or model_dir
+            self.agent = AgentRollout.from_config(self.run.rl.rollout_mode, tokenizer)
         self.engine.sleep(level=2)
         self._event("engine.sleep(level=2)")
         self.phases = MemoryPhases(Phase.TRAIN)
@@ -149,10 +158,13 @@ class HybridEngine:
         if self.phases.phase is Phase.WEIGHTS_SYNCED:
             self._enter_rollout()
         self.phases.check("generate")
-        results = self._engine().generate(prompts, sampling)
+        if self.agent is not None:
+            rows = self.agent.generate(self._engine(), prompts, sampling)
+        else:
+            rows = rollout_rows(self._engine().generate(prompts, sampling))
         self.phases.step("generate")
         self._event("engine.generate")
-        return rollout_rows(results) if self.slice.returns_rows else None
+        return rows if self.slice.returns_rows else None
 
     def train_mode(self) -> None:
         """Engine sleep(level=2) (weights and KV cache released), then the training state
@@ -171,6 +183,9 @@ class HybridEngine:
     def close(self) -> None:
         if self.phases.phase is not Phase.CLOSED:
             self.phases.step("close")
+        if self.agent is not None:
+            self.agent.close()
+            self.agent = None
         if self.engine is not None:
             self.engine.close()
             self.engine = None

@@ -11,6 +11,7 @@ from mindrl.config.run import RunConfig
 from mindrl.workers.profiling import ProfiledWorker, profiled
 
 if TYPE_CHECKING:
+    from mindrl.rollout.agent_rollout import AgentRollout
     from mindrl.rollout.base import RolloutEngine, RolloutRow, RolloutSampling
 
 
@@ -21,6 +22,7 @@ class RolloutWorker(ProfiledWorker, Worker):
         super().__init__()
         self.run = run
         self.engine: RolloutEngine | None = None
+        self.agent: AgentRollout | None = None  # multi-turn tool rollout (multi_turn_enable)
 
     def init_engine(self, model_dir: str) -> int:
         from mindrl.accelerator import get_accelerator
@@ -34,6 +36,11 @@ class RolloutWorker(ProfiledWorker, Worker):
             seed=self.run.actor.data.seed,
             kv_cache_bytes=cpu_kv_cache(self.run).bytes,
         )
+        if self.run.rl.rollout_mode.multi_turn_enable:
+            from mindrl.rollout.agent_rollout import AgentRollout
+
+            tokenizer = self.run.actor.data.tokenizer_name_or_path or model_dir
+            self.agent = AgentRollout.from_config(self.run.rl.rollout_mode, tokenizer)
         return self.rank
 
     def rollout_rank(self) -> int:
@@ -43,6 +50,8 @@ class RolloutWorker(ProfiledWorker, Worker):
     def generate(self, prompts: list[list[int]], sampling: RolloutSampling) -> list[RolloutRow]:
         from mindrl.rollout.base import rollout_rows
 
+        if self.agent is not None:
+            return self.agent.generate(self._engine(), prompts, sampling)
         return rollout_rows(self._engine().generate(prompts, sampling))
 
     def load_weight_buckets(self, bucket_refs: list[Any]) -> int:
@@ -63,6 +72,9 @@ class RolloutWorker(ProfiledWorker, Worker):
         return self.engine
 
     def shutdown(self) -> None:
+        if self.agent is not None:
+            self.agent.close()
+            self.agent = None
         if self.engine is not None:
             self.engine.close()
             self.engine = None
