@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mindrl.tools.base import Tool, ToolResult, ToolSchema
-from mindrl.tools.registry import register_tool
 
 MAX_EXPRESSION_CHARS = 200
 MAX_EXPONENT = 64
@@ -104,6 +103,3 @@ class Calculator(Tool):
             return ToolResult(calculate(expression))
         except CalculationError as exc:
             return ToolResult(f"Error: {exc}", error="error")
-
-
-register_tool(Calculator, "calculator", "mindrl.tools.calculator.Calculator")

@@ -34,6 +34,7 @@ _BUILTIN_NAMES = frozenset(
         "mindspeed_rl.tools.search_tool.SearchTool",
         "verl.tools.sandbox_fusion_tools.SandboxFusionTool",
         "verl.tools.search_tool.SearchTool",
+        "mindrl.tools.calculator.Calculator",
     }
 )
 
@@ -49,6 +50,7 @@ def _load_builtin_tools() -> None:
     """Import the modules that register mindrl's own tools (kept lazy: they pull HTTP clients)."""
     if _TOOLS.keys() >= _BUILTIN_NAMES:
         return
+    from mindrl.tools.calculator import Calculator
     from mindrl.tools.code_interpreter import CodeInterpreterTool, ReToolInterpreter
     from mindrl.tools.search import SearchTool
 
@@ -69,6 +71,7 @@ def _load_builtin_tools() -> None:
         "verl.tools.search_tool.SearchTool",
         "mindrl.tools.search.SearchTool",
     )
+    register_tool(Calculator, "mindrl.tools.calculator.Calculator")
 
 
 def registered_class_names() -> list[str]:

@@ -30,6 +30,8 @@ from mindrl.config.profiler import profiler_problems, profiler_warnings
 from mindrl.config.run import RunConfig
 from mindrl.data.tokenizer_match import distillation_tokenizer_problems
 from mindrl.planning import plan_memory
+from mindrl.tools.local_servers import ToolServiceError
+from mindrl.trainer.tool_services import tool_service_warnings, tool_services
 from mindrl.trainer.trackers import tracker_problems
 from mindrl.trainer.worker_env import handed_env
 
@@ -177,7 +179,7 @@ def main(argv: list[str] | None = None, *, stage: str | None = None) -> int:
         if issues:
             raise ConfigError(issues)
         if args.dry_run:
-            warnings = dry_run_path_warnings(run)
+            warnings = dry_run_path_warnings(run) + tool_service_warnings(run)
         check = plan_for(run, raw, dry_run=args.dry_run)
         warnings.extend(check.warnings)
         print(f"# resolved config: {run.config_name}\n{resolved_yaml(raw)}")
@@ -240,8 +242,11 @@ def main(argv: list[str] | None = None, *, stage: str | None = None) -> int:
     train = run_dpo if run.offline else run_grpo
 
     try:
-        with run_logging(run.output_dir, run.runtime.log_level):
+        with run_logging(run.output_dir, run.runtime.log_level), tool_services(run):
             return train(run, raw)
     except RayConnectError as exc:  # the cluster went away between the check and the start
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except ToolServiceError as exc:  # a tool's server is down and not ours to stand in for
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -68,9 +68,18 @@ def score_with_verifiers(
 
     texts = response_texts(batch, tokenizer)
     extras = batch.meta.get("extra") or [{}] * batch.size
+    agents = batch.meta.get("agent") or [None] * batch.size  # multi-turn: retool_reward's count
     metas = [
-        SampleMeta(response_length=int(n), max_length=max_tokens, finish_reason=f, extra=x)
-        for n, f, x in zip(batch.response_lengths.tolist(), batch.meta["finish_reason"], extras)
+        SampleMeta(
+            response_length=int(n),
+            max_length=max_tokens,
+            finish_reason=f,
+            extra=x,
+            tool_calls=None if a is None else a.tool_calls,
+        )
+        for n, f, x, a in zip(
+            batch.response_lengths.tolist(), batch.meta["finish_reason"], extras, agents
+        )
     ]
     result = scorer.score(texts, batch.meta["label"], metas)
     scores = torch.tensor(result.scores, dtype=torch.float32)
