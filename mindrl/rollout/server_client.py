@@ -57,6 +57,19 @@ def on_loopback(url: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
 
 
+def unkeyed_server_problem(url: str, open_paths: list[str]) -> str | None:
+    """Why weights may not go to a server that answers `open_paths` without a key: none on
+    loopback (only this machine reaches it) or when every probed path wants the key."""
+    if not open_paths or on_loopback(url):
+        return None
+    return (
+        f"answers {', '.join(open_paths)} without an API key; mindrl pushes weights only to a "
+        "server off loopback that refuses requests without one: start it with VLLM_API_KEY "
+        "set and --middleware mindrl.rollout.vllm_auth.RequireKey (vLLM's --api-key alone "
+        "leaves the weight-update endpoints open; docs/rollout.md)"
+    )
+
+
 class VLLMServerClient:
     """Requests to one server; `timeout_s` bounds each request (a step's generation too).
     `api_key` goes as `Authorization: Bearer` on every request; it is never printed."""

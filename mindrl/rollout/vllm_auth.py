@@ -8,7 +8,7 @@ which also serves `/collective_rpc`, `/sleep`, `/reset_prefix_cache`, `/server_i
 load weights of their own or call into the workers. This ASGI middleware asks for the key on
 every request but `/health` (load balancers probe it). It reads the key from `VLLM_API_KEY`,
 where vLLM reads it too (so `--api-key` need not be given), and refuses to start without one.
-Standard library only: vLLM's API process imports it.
+It imports nothing heavy (the standard library and mindrl.config): vLLM's API process loads it.
 """
 
 from __future__ import annotations

@@ -125,21 +125,14 @@ class ServerRolloutGroup(RolloutGenerator):
     def _check_key_required(self, client: VLLMServerClient) -> None:
         """Weights go to a server off loopback only if it refuses requests without the key,
         the weight-transfer endpoints included (vLLM's `--api-key` leaves those open)."""
-        from mindrl.rollout.server_client import on_loopback
+        from mindrl.rollout.server_client import unkeyed_server_problem
 
         open_paths = [path for path, guarded in client.requires_key().items() if not guarded]
-        if not open_paths:
-            return
-        if on_loopback(client.url):
+        problem = unkeyed_server_problem(client.url, open_paths)
+        if problem:
+            raise RolloutServerError(client.url, problem)
+        if open_paths:
             logger.info("rollout server %s answers %s without a key", client.url, open_paths)
-            return
-        raise RolloutServerError(
-            client.url,
-            f"answers {', '.join(open_paths)} without an API key; mindrl pushes weights only "
-            "to a server off loopback that refuses requests without one: start it with "
-            "VLLM_API_KEY set and --middleware mindrl.rollout.vllm_auth.RequireKey (vLLM's "
-            "--api-key alone leaves the weight-update endpoints open; docs/rollout.md)",
-        )
 
     def _lost(self, client: VLLMServerClient, err: RolloutServerError) -> None:
         """Drop a failed server (`on_failure: continue`) or stop the run with its error."""
