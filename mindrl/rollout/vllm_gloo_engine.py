@@ -12,7 +12,7 @@ in-process engine. `vllm_plugin.register` makes it `--weight-transfer-config
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -39,7 +39,7 @@ class GlooInitInfo(WeightTransferInitInfo):
     world_size: int
     rank_offset: int = 1
     timeout_s: float = 300.0
-    token: str = ""  # the link's secret (`weight_admission`), sent only over HTTP
+    token: str = field(default="", repr=False)  # the link's secret, sent only over HTTP
 
 
 @dataclass
