@@ -2,8 +2,8 @@
 
 The trainer opens a TCPStore on `host`:`port` (port 0: a free one), asks the server to join a
 gloo group through `/init_weight_transfer_engine` (with a fresh token only server and trainer
-know: `weight_admission` refuses any other peer), and then, per update: `/start_weight_update`, one
-`/update_weights` call per bucket while the bucket's bytes are broadcast, and
+know: `weight_admission` refuses any other peer), and then, per update:
+`/start_weight_update`, one `/update_weights` call per bucket while the bucket's bytes are broadcast, and
 `/finish_weight_update` with the new version, read back from `/weight_info`. The bytes go
 straight from the trainer's buffer to the server's workers (one copy into a flat buffer on
 each side); nothing passes through files or JSON.
@@ -121,17 +121,10 @@ class ServerWeightLink:
         done, _ = wait([request, local], timeout=self.timeout_s, return_when=FIRST_EXCEPTION)
         # a refused peer is the trainer's own finding, and the cause of the server's error
         for future in (local, request) if _refused(local, done) else (request, local):
-            if future in done and future.exception() is not None:
+            err = future.exception() if future in done else None
+            if err is not None:
                 self._group = None  # a half-finished collective leaves the group unusable
-                err = future.exception()
-                detail = (
-                    err.detail
-                    if isinstance(err, RolloutServerError)
-                    else str(err)
-                    if isinstance(err, WeightPeerRefused)
-                    else repr(err)
-                )
-                raise RolloutServerError(self.client.url, f"{what}: {detail}") from err
+                raise RolloutServerError(self.client.url, f"{what}: {_detail(err)}") from err
         if len(done) < 2:
             self._group = None
             raise RolloutServerError(
@@ -144,6 +137,12 @@ class ServerWeightLink:
     def close(self) -> None:
         self._group = None
         self._store = None
+
+
+def _detail(err: BaseException) -> str:
+    if isinstance(err, RolloutServerError):
+        return err.detail
+    return str(err) if isinstance(err, WeightPeerRefused) else repr(err)
 
 
 def _refused(local: Future, done: set[Future]) -> bool:

@@ -61,3 +61,13 @@ def test_a_weight_sync_port_out_of_range_is_refused():
         load_run_config(
             "grpo_tiny_cpu", [*SERVER, "+generate_config.server.weight_sync_port=70000"]
         )
+
+
+def test_weight_sync_ports_past_the_last_port_are_refused():
+    urls = "+generate_config.server.urls=[a:1,b:1,c:1]"
+    with pytest.raises(ConfigError, match="past 65535"):
+        load_run_config("grpo_tiny_cpu", [urls, "+generate_config.server.weight_sync_port=65534"])
+    run, _ = load_run_config(
+        "grpo_tiny_cpu", [urls, "+generate_config.server.weight_sync_port=65533"]
+    )
+    assert run.generate.server is not None and run.generate.server.weight_sync_port == 65533
