@@ -70,16 +70,25 @@ def server_command(model_dir: Path, port: int, *extra: str) -> list[str]:
     ]
 
 
-def start_server(model_dir: Path, folder: Path, name: str = "server") -> VLLMServer:
-    """Start a server (returns at once; `wait_ready` waits for it)."""
+def start_server(
+    model_dir: Path,
+    folder: Path,
+    name: str = "server",
+    *extra: str,
+    env_extra: dict[str, str] | None = None,
+) -> VLLMServer:
+    """Start a server (returns at once; `wait_ready` waits for it). `extra`: more flags;
+    `env_extra`: more environment (a key in VLLM_API_KEY)."""
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = dict(os.environ)
+    env.pop("VLLM_API_KEY", None)  # a key only where the test gives one
     env.update(VLLM_SERVER_DEV_MODE="1", VLLM_CPU_KVCACHE_SPACE="1", OMP_NUM_THREADS="1")
+    env.update(env_extra or {})
     log = folder / f"{name}.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            server_command(model_dir, port),
+            server_command(model_dir, port, *extra),
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

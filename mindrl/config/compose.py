@@ -10,6 +10,7 @@ from mindrl.config.build import build_run_config
 from mindrl.config.errors import ConfigError
 from mindrl.config.paths import CONFIG_DIR
 from mindrl.config.run import RunConfig
+from mindrl.config.secrets import redacted
 from mindrl.config.validate import validate
 
 # Hydra's warning for a defaults list without `_self_` (a regex for warnings.filterwarnings)
@@ -87,9 +88,10 @@ def load_run_config(
 
 
 def resolved_yaml(raw: dict[str, Any]) -> str:
+    """The config as YAML, secrets redacted (it is printed and saved with the run)."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_yaml(OmegaConf.create(raw))
+    return OmegaConf.to_yaml(OmegaConf.create(redacted(raw)))
 
 
 def save_resolved_config(raw: dict[str, Any], output_dir: str | Path) -> Path:

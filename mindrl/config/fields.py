@@ -19,6 +19,7 @@ from dataclasses import MISSING, dataclass, field
 from typing import Any, TypeVar, Union
 
 from mindrl.config.fates import Fate, apply_fate
+from mindrl.config.secrets import SECRET_KEYS, hide_value
 
 T = TypeVar("T")
 
@@ -34,9 +35,11 @@ def spec(
     choices: Collection[Any] | None = None,
     aliases: tuple[str, ...] = (),
     fate: Fate | None = None,
+    secret: bool = False,
 ) -> Any:
     """A dataclass field with the range/choice rules the builder checks and its fate
-    (`mindrl.config.fates`: honoured unless declared handed / no_effect / refused)."""
+    (`mindrl.config.fates`: honoured unless declared handed / no_effect / refused); a
+    `secret` (its name in `secrets.SECRET_KEYS`) has no repr."""
     meta: dict[str, Any] = {
         "help": help,
         "ge": ge,
@@ -49,8 +52,8 @@ def spec(
     if fate is not None:
         meta["fate"] = fate
     if default is MISSING:
-        return field(metadata=meta)
-    return field(default=default, metadata=meta)
+        return field(metadata=meta, repr=not secret)
+    return field(default=default, metadata=meta, repr=not secret)
 
 
 @dataclass
@@ -201,6 +204,8 @@ def _build_fields(
         out = _coerce(value, hints[name], sub_path, problems)
         if len(problems.items) == before:
             _check_range(out, f.metadata, sub_path, problems)
+        if name in SECRET_KEYS and value is not None:  # a wrong-typed key is not echoed
+            problems.items[before:] = hide_value(problems.items[before:], value)
         if len(problems.items) > before:
             reported.add(name)
             continue

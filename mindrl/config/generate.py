@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from mindrl.config.fates import VLLM_ASCEND, handed, no_effect, refused
 from mindrl.config.fields import spec
+from mindrl.config.secrets import API_KEY_ENV
 
 MOE = refused(
     "expert-parallel rollout: not built yet (the rollout engine holds every expert; training's "
@@ -61,6 +62,25 @@ class RolloutServerConfig:
         help="the address the trainer's weight-sync store listens on (the servers connect to "
         "it); loopback unless the servers run on other hosts",
     )
+    weight_sync_port: int = spec(
+        0,
+        ge=0,
+        le=65535,
+        help="the port of that store (the i-th server's: this + i), for a firewall rule; 0: a "
+        "free port",
+    )
+    api_key: str | None = spec(
+        None,
+        secret=True,
+        help="the servers' API key (their VLLM_API_KEY), sent as `Authorization: Bearer` on "
+        "every request; unset: the VLLM_API_KEY of the trainer's environment. Never printed",
+    )
+
+    def key(self) -> str | None:
+        """The API key the requests carry: `api_key`, else the environment's VLLM_API_KEY."""
+        import os
+
+        return self.api_key or os.environ.get(API_KEY_ENV) or None
 
     def addresses(self) -> tuple[str, ...]:
         if self.urls:

@@ -46,6 +46,12 @@ def server_problems(run: RunConfig) -> list[str]:
             normalize_url(address)
         except ValueError as err:
             out.append(f"generate_config.server.urls: {err}")
+    last_port = server.weight_sync_port + len(server.addresses()) - 1
+    if server.weight_sync_port and last_port > 65535:
+        out.append(
+            f"generate_config.server.weight_sync_port: {server.weight_sync_port} + one port per "
+            f"further server goes past 65535 (to {last_port})"
+        )
     if run.rl.resources.rollout_resource is not None:
         out.append(
             "generate_config.server with rl_config.rollout_resource: rollout runs on the "

@@ -3,7 +3,8 @@ rollout server's workers meet over a TCPStore and exchange weight bytes by broad
 
 Neither side touches the process's default group (a vLLM worker already has one of its own),
 so the group is built from the store directly. The store listens on the rendezvous address
-only, and a loopback address keeps the group's connections on 127.0.0.1 too.
+only; a loopback address keeps the group's connections on 127.0.0.1 too, and off loopback
+the trainer's end of the group binds that address as well. Who may join: `weight_admission`.
 """
 
 from __future__ import annotations
@@ -43,11 +44,12 @@ def open_group(store: Any, rank: int, world_size: int, host: str, timeout_s: flo
 
     options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch
     options._timeout = datetime.timedelta(seconds=timeout_s)
-    device = (
-        dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")
-        if _is_loopback(host)
-        else dist.ProcessGroupGloo.create_default_device()
-    )
+    if _is_loopback(host):
+        device = dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")
+    elif rank == 0:  # the trainer's connections on the address the run chose for it too
+        device = dist.ProcessGroupGloo.create_device(hostname=host)
+    else:
+        device = dist.ProcessGroupGloo.create_default_device()
     options._devices = [device]
     return dist.ProcessGroupGloo(dist.PrefixStore(PREFIX, store), rank, world_size, options)
 

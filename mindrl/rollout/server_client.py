@@ -9,12 +9,21 @@ a bare socket traceback.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
+from mindrl.config.secrets import API_KEY_ENV
 from mindrl.rollout.base import RolloutResult, RolloutSampling
+
+HTTP_UNAUTHORIZED = 401
+# probed without the key: vLLM's `--api-key` guards the first, only a key on every path (the
+# `vllm_auth` middleware) the second, a dev-mode endpoint of the weight transfer
+KEY_PROBES = ("/v1/models", "/get_world_size")
 
 
 class RolloutServerError(RuntimeError):
@@ -38,12 +47,37 @@ def normalize_url(address: str) -> str:
     return address
 
 
-class VLLMServerClient:
-    """Requests to one server; `timeout_s` bounds each request (a step's generation too)."""
+def on_loopback(url: str) -> bool:
+    """Whether every address the server's host name resolves to is a loopback one."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
 
-    def __init__(self, url: str, timeout_s: float) -> None:
+
+def unkeyed_server_problem(url: str, open_paths: list[str]) -> str | None:
+    """Why weights may not go to a server that answers `open_paths` without a key: none on
+    loopback (only this machine reaches it) or when every probed path wants the key."""
+    if not open_paths or on_loopback(url):
+        return None
+    return (
+        f"answers {', '.join(open_paths)} without an API key; mindrl pushes weights only to a "
+        "server off loopback that refuses requests without one: start it with VLLM_API_KEY "
+        "set and --middleware mindrl.rollout.vllm_auth.RequireKey (vLLM's --api-key alone "
+        "leaves the weight-update endpoints open; docs/rollout.md)"
+    )
+
+
+class VLLMServerClient:
+    """Requests to one server; `timeout_s` bounds each request (a step's generation too).
+    `api_key` goes as `Authorization: Bearer` on every request; it is never printed."""
+
+    def __init__(self, url: str, timeout_s: float, api_key: str | None = None) -> None:
         self.url = normalize_url(url)
         self.timeout_s = timeout_s
+        self._api_key = api_key
         self.model: str | None = None
 
     def __repr__(self) -> str:
@@ -51,21 +85,29 @@ class VLLMServerClient:
 
     # -- transport ---------------------------------------------------------------------
     def request(
-        self, path: str, body: dict[str, Any] | None = None, *, timeout_s: float | None = None
+        self,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+        with_key: bool = True,
     ) -> Any:
-        """GET (no body) or POST a JSON body; the decoded JSON reply."""
+        """GET (no body) or POST a JSON body; the decoded JSON reply. `with_key=False`: as a
+        stranger asks (the probe of `requires_key`)."""
         data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if with_key and self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
         req = urllib.request.Request(
-            self.url + path,
-            data=data,
-            method="GET" if body is None else "POST",
-            headers={"Content-Type": "application/json"},
+            self.url + path, data=data, method="GET" if body is None else "POST", headers=headers
         )
         timeout = self.timeout_s if timeout_s is None else timeout_s
         try:
             with urllib.request.urlopen(req, timeout=timeout) as reply:
                 raw = reply.read()
         except urllib.error.HTTPError as err:
+            if err.code == HTTP_UNAUTHORIZED:
+                raise RolloutServerError(self.url, self._refused_key(path)) from err
             detail = err.read().decode(errors="replace")[:500]
             raise RolloutServerError(
                 self.url, f"{path} answered HTTP {err.code}: {detail}"
@@ -83,6 +125,32 @@ class VLLMServerClient:
             raise RolloutServerError(
                 self.url, f"{path} answered with non-JSON {raw[:200]!r}"
             ) from err
+
+    def _refused_key(self, path: str) -> str:
+        if self._api_key is None:
+            return (
+                f"{path} answered HTTP 401: the server requires an API key and the run has "
+                f"none (set generate_config.server.api_key, or {API_KEY_ENV} in the trainer's "
+                "environment)"
+            )
+        return (
+            f"{path} answered HTTP 401: the server refused the run's API key (wrong key: "
+            f"generate_config.server.api_key / {API_KEY_ENV} differs from the server's)"
+        )
+
+    def requires_key(self) -> dict[str, bool]:
+        """Per probed path (a model listing, and a weight-transfer endpoint, which vLLM's own
+        `--api-key` leaves open): whether a request without the key is refused (HTTP 401)."""
+        out = {}
+        for path in KEY_PROBES:
+            try:
+                self.request(path, with_key=False)
+                out[path] = False
+            except RolloutServerError as err:
+                if "HTTP 401" not in err.detail:
+                    raise
+                out[path] = True
+        return out
 
     # -- what the server serves -------------------------------------------------------
     def served_model(self) -> str:

@@ -3,7 +3,8 @@
 vLLM 0.32's RL endpoints (`/init_weight_transfer_engine`, `/start_weight_update`,
 `/update_weights`, `/finish_weight_update`; `VLLM_SERVER_DEV_MODE=1`) hand weights to a
 pluggable backend, and every built-in one (NCCL, CUDA IPC, RDT) needs CUDA. This one joins a
-gloo group with the trainer (`gloo_link`) and receives each bucket as one byte broadcast,
+gloo group with the trainer (`gloo_link`), admitted only with the trainer's token
+(`weight_admission`), and receives each bucket as one byte broadcast,
 then loads it through vLLM's layerwise reload, the same path `reload_weights` takes in the
 in-process engine. `vllm_plugin.register` makes it `--weight-transfer-config
 '{"backend": "mindrl_gloo"}'`. Imported only inside vLLM's processes.
@@ -11,7 +12,7 @@ in-process engine. `vllm_plugin.register` makes it `--weight-transfer-config
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ from vllm.distributed.weight_transfer.base import (
 from mindrl.rollout.gloo_link import broadcast_bytes, open_group, open_store
 from mindrl.rollout.tied_head import refresh_tied_lm_head
 from mindrl.rollout.vllm_plugin import BACKEND
+from mindrl.rollout.weight_admission import WeightPeerRefused, announce, check_group
 from mindrl.rollout.weight_wire import BucketLayout, unpack_bucket
 
 
@@ -37,6 +39,7 @@ class GlooInitInfo(WeightTransferInitInfo):
     world_size: int
     rank_offset: int = 1
     timeout_s: float = 300.0
+    token: str = field(default="", repr=False)  # the link's secret, sent only over HTTP
 
 
 @dataclass
@@ -65,6 +68,10 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
             + parallel.data_parallel_index * parallel.world_size
             + parallel.rank
         )
+        if not init_info.token:
+            raise WeightPeerRefused(
+                f"{BACKEND}: a join request without a token (an older mindrl, or not mindrl)"
+            )
         self._store = open_store(
             init_info.master_address,
             init_info.master_port,
@@ -72,9 +79,12 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
             master=False,
             timeout_s=init_info.timeout_s,
         )
-        self._group = open_group(
+        announce(self._store, init_info.token, rank, init_info.world_size, init_info.timeout_s)
+        group = open_group(
             self._store, rank, init_info.world_size, init_info.master_address, init_info.timeout_s
         )
+        check_group(group, init_info.token, rank, init_info.world_size)
+        self._group = group
 
     def start_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload

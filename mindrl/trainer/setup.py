@@ -174,6 +174,7 @@ def setup(run: RunConfig, raw: dict[str, Any]) -> Iterator[Trainer]:
     from mindrl.cluster.placement import plan_placement
     from mindrl.cluster.ray_cluster import start_or_connect
     from mindrl.config import save_resolved_config
+    from mindrl.config.secrets import redacted
     from mindrl.rewards.scorer import RewardScorer
     from mindrl.trainer.metrics import MetricsLogger
     from mindrl.trainer.roles import start_roles, sync_weights
@@ -210,7 +211,7 @@ def setup(run: RunConfig, raw: dict[str, Any]) -> Iterator[Trainer]:
                 log_completions=run.rl.logging.log_completions,
                 start_step=start_step,
                 tracking=run.rl.logging,  # use_wandb / use_swanlab
-                run_config=raw,
+                run_config=redacted(raw),  # the trackers upload it
             )
         )
         yield Trainer(

@@ -59,7 +59,13 @@ class ServerRolloutGroup(RolloutGenerator):
         self.cfg = cfg
         self.needed_len = needed_len  # max prompt + max response tokens
         self.tokenizer = tokenizer  # the actor's: prompts travel as its token ids
-        self.live = [VLLMServerClient(a, cfg.timeout) for a in cfg.addresses()]
+        key = cfg.key()
+        self.live = [VLLMServerClient(a, cfg.timeout, key) for a in cfg.addresses()]
+        # the i-th server's weight-sync store listens on weight_sync_port + i (0: free ports)
+        self._sync_ports = {
+            c.url: cfg.weight_sync_port + i if cfg.weight_sync_port else 0
+            for i, c in enumerate(self.live)
+        }
         self.links: dict[str, ServerWeightLink] = {}
         self.version = 0  # weight pushes so far; each server must report the last one
         # requests in flight per server (vLLM batches the ones it holds)
@@ -86,7 +92,8 @@ class ServerRolloutGroup(RolloutGenerator):
     def _connect(self, client: VLLMServerClient) -> None:
         from mindrl.rollout.server_checks import server_config_notes, server_config_problems
 
-        served = client.served_model()
+        served = client.served_model()  # with the key: a missing or wrong one is named here
+        self._check_key_required(client)
         config = client.engine_config()
         problems = server_config_problems(config)
         if problems:
@@ -109,9 +116,23 @@ class ServerRolloutGroup(RolloutGenerator):
                 "(actor_config.tokenizer_name_or_path): prompts travel as token ids, so the "
                 "server must be started from the actor's model",
             )
-        link = ServerWeightLink(client, self.cfg.weight_sync_host, self.cfg.timeout)
+        link = ServerWeightLink(
+            client, self.cfg.weight_sync_host, self.cfg.timeout, self._sync_ports[client.url]
+        )
         link.connect()
         self.links[client.url] = link
+
+    def _check_key_required(self, client: VLLMServerClient) -> None:
+        """Weights go to a server off loopback only if it refuses requests without the key,
+        the weight-transfer endpoints included (vLLM's `--api-key` leaves those open)."""
+        from mindrl.rollout.server_client import unkeyed_server_problem
+
+        open_paths = [path for path, guarded in client.requires_key().items() if not guarded]
+        problem = unkeyed_server_problem(client.url, open_paths)
+        if problem:
+            raise RolloutServerError(client.url, problem)
+        if open_paths:
+            logger.info("rollout server %s answers %s without a key", client.url, open_paths)
 
     def _lost(self, client: VLLMServerClient, err: RolloutServerError) -> None:
         """Drop a failed server (`on_failure: continue`) or stop the run with its error."""
