@@ -60,6 +60,11 @@ def dpo_sections(raw: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
     ref = training.get("ref_model") or training.get("load")
     said.append(f"the reference is {ref}, a weight snapshot in the policy's processes")
     notes.append("stage dpo: " + "; ".join(said))
+    if out.get("generate_config"):  # read by the builder like any section, used by nothing
+        warn_once(
+            "dpo.generate_config",
+            "generate_config: no effect with stage dpo (offline: nothing is generated)",
+        )
     return out
 
 
