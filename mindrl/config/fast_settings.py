@@ -55,9 +55,7 @@ def _reference_layout(run: RunConfig) -> list[str]:
         return ["rl_config.share_backbone: true (the reference is the LoRA base)"]
     if run.rl.resources.use_integrated_worker:
         return ["rl_config.reference_in_actor: true"]
-    return [
-        "rl_config.use_integrated_worker: true with reference_in_actor: true (no ref_config)"
-    ]
+    return ["rl_config.use_integrated_worker: true with reference_in_actor: true (no ref_config)"]
 
 
 def _rollout_may_compile(run: RunConfig) -> bool:
@@ -79,4 +77,6 @@ def _cpu_precision(run: RunConfig) -> str | None:
     training = "fp32" if run.actor.precision.params_dtype == "fp32" else "bf16"
     if training == fast.name:
         return None
-    return f"megatron_training.bf16: {str(fast.bf16).lower()} (this CPU's fast matmuls: {fast.name})"
+    return (
+        f"megatron_training.bf16: {str(fast.bf16).lower()} (this CPU's fast matmuls: {fast.name})"
+    )
