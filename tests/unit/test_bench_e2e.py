@@ -254,3 +254,25 @@ def test_the_report_prints_and_records_each_runs_overrides(tmp_path, monkeypatch
     assert report["as_shipped"] == {f"mindrl_{shipped}": False, f"trl_{shipped}": False}
     assert report["runs"][f"mindrl_{shipped}"]["overrides"] == [extra]
     assert seen[0][-1] == extra and seen[1][-1] == extra
+
+
+def test_a_failed_trl_run_keeps_mindrls_result_and_exits_1(tmp_path, monkeypatch, capsys):
+    import json
+
+    _fake_runs(tmp_path, monkeypatch)
+    mindrl_tree = e2e.run_tree
+
+    def trl_missing(cmd, log, timeout_s):
+        if "cli/train_grpo.py" in cmd:
+            return mindrl_tree(cmd, log, timeout_s)
+        raise SystemExit("trl_grpo.py failed: ModuleNotFoundError: No module named 'trl'")
+
+    monkeypatch.setattr(e2e, "run_tree", trl_missing)
+    out = tmp_path / "e2e.json"
+    assert e2e.main(["--steps", "2", "--out", str(out)]) == 1
+    shipped = e2e.shipped_precision("grpo_smollm2_cpu")
+    report = json.loads(out.read_text())
+    assert list(report["runs"]) == [f"mindrl_{shipped}"]
+    assert "No module named 'trl'" in report["failed_runs"][f"trl_{shipped}"]
+    assert report["fastest_ratio"] is None
+    assert f"e2e: ratio=n/a (TRL failed: trl_{shipped})" in capsys.readouterr().out

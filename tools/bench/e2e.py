@@ -31,7 +31,8 @@ also its roofline (tools/bench/roofline.py): each model phase's seconds against 
 FLOPs set at the machine's matmul rate for the run's precision (the mean of one measurement
 right before the run and one right after: the host's speed drifts; both are reported).
 Step 1 is warm-up (engine and allocator caches) for both stacks: s/step and tok/s are over
-steps 2..N.
+steps 2..N. A TRL run that fails (TRL not installed, say) is reported with its error (JSON
+`failed_runs`, exit code 1) and mindrl's runs still are.
 
 ratio = mindrl_fp32 tok/s / trl_fp32 tok/s (target >= 1.5) where both ran fp32; the bf16 and
 bf16_mixed ratios (mindrl_bf16 against each TRL bf16 run) where they ran bf16; fastest_ratio:
@@ -343,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     results: dict[str, dict] = {}
+    failures: dict[str, str] = {}  # run name -> why it failed (TRL's runs only)
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="mindrl-e2e-") as tmp:
         work = Path(tmp)
@@ -354,7 +356,12 @@ def main(argv: list[str] | None = None) -> int:
                     name, args.config_name, args.steps, precision, work, overrides, shipped
                 )
             else:
-                res = run_trl(name, args.config_name, args.steps, precision, work, overrides)
+                try:
+                    res = run_trl(name, args.config_name, args.steps, precision, work, overrides)
+                except SystemExit as exc:  # e.g. TRL not installed: mindrl's runs still count
+                    print(f"  {name}: FAILED: {exc}", flush=True)
+                    failures[name] = str(exc)
+                    continue
                 res["overrides"] = list(overrides)
             print("  " + overrides_line(name, args.config_name, res["overrides"]), flush=True)
             res["summary"] = summarize(res)
@@ -388,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         "as_shipped": {name: not res["overrides"] for name, res in results.items()},
         "target": TARGET,
         "runs": results,
+        "failed_runs": failures,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
@@ -399,8 +407,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"e2e: {precision} ratio={value:.2f} ({ours} / {theirs})")
     if report["memory_ratio"] is not None:
         print(f"e2e: memory_ratio={report['memory_ratio']:.2f} (peak PSS, fastest against fastest)")
-    if args.skip_trl:
-        print("e2e: ratio=n/a (TRL skipped)")
+    if args.skip_trl or failures:
+        print(f"e2e: ratio=n/a (TRL {'failed: ' + ', '.join(failures) if failures else 'skipped'})")
     elif ratio is not None:
         verdict = "ok" if ratio >= TARGET else "below"
         print(f"e2e: ratio={ratio:.2f} target>={TARGET:.2f} {verdict}")
@@ -411,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
             f"e2e: fastest_ratio={report['fastest_ratio']:.2f} ({ours} / {theirs}) "
             f"target>={FASTEST_TARGET:.2f} {verdict}"
         )
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
