@@ -9,6 +9,7 @@ a cluster hour.
 from __future__ import annotations
 
 from mindrl.config.dapo import DAPO
+from mindrl.config.fast_settings import fast_settings_line
 from mindrl.config.run import RunConfig
 
 
@@ -99,6 +100,7 @@ def meaning_lines(run: RunConfig) -> list[str]:
     stage = dapo_line(run)
     if stage:
         lines.append(stage)
+    lines.append(fast_settings_line(run))
     lines.extend(run.notes)
     return lines
 

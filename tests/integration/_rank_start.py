@@ -15,6 +15,8 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tests.layouts import PADDED_LAYOUT
+
 if TYPE_CHECKING:
     from mindrl.config.run import RunConfig
 
@@ -23,7 +25,9 @@ SMALL_BATCHES = ("actor_config.micro_batch_size=2", "rl_config.mini_batch_size=2
 
 
 def rank_run_config(config_name: str, overrides: Sequence[str]) -> RunConfig:
-    """`config_name` with `overrides`, on as many devices as this world has ranks."""
+    """`config_name` in the padded layout (`PADDED_LAYOUT`: the layouts the rank scripts
+    compare are MindSpeed-RL's defaults; a test turns packing on by its `overrides`, which
+    come after it), on as many devices as this world has ranks."""
     warnings.filterwarnings("ignore")
     import torch
 
@@ -32,6 +36,6 @@ def rank_run_config(config_name: str, overrides: Sequence[str]) -> RunConfig:
     torch.set_num_threads(1)
     world = int(os.environ["WORLD_SIZE"])
     run, _ = load_run_config(
-        config_name, [f"rl_config.actor_resource.num_npus={world}", *overrides]
+        config_name, [f"rl_config.actor_resource.num_npus={world}", *PADDED_LAYOUT, *overrides]
     )
     return run

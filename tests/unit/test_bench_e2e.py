@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +172,107 @@ def test_fastest_ratio_pairs_each_stacks_fastest_run_whatever_its_precision():
     assert e2e.fastest_ratio(slow_bf16) == pytest.approx(6.0)
     assert e2e.fastest_ratio({"mindrl_fp32": run(1.0)}) is None
     assert e2e.fastest_pair({"trl_fp32": run(1.0)}) is None
+
+
+def test_runs_are_as_shipped_unless_overridden_and_the_plan_follows_the_shipped_precision():
+    # the config's own precision needs no pin; the other precision (--bf16) is pinned
+    assert e2e.mindrl_overrides("bf16", "bf16") == ()
+    assert e2e.mindrl_overrides("fp32", "bf16") == e2e.PRECISION_OVERRIDES["fp32"]
+    assert e2e.mindrl_overrides("fp32", "fp32", ("a.b=1",)) == ("a.b=1",)
+    assert e2e.overrides_line("mindrl_bf16", "grpo_smollm2_cpu", []) == (
+        "mindrl_bf16: grpo_smollm2_cpu as shipped (no overrides)"
+    )
+    assert e2e.overrides_line("trl_fp32", "c", ["a.b=1", "~x"]) == (
+        "trl_fp32: c with overrides (not as shipped): a.b=1 ~x"
+    )
+    assert e2e.run_plan("bf16", False, False) == [("mindrl", "bf16"), ("trl", "bf16")]
+    assert e2e.run_plan("fp32", False, True) == [("mindrl", "fp32")]
+    assert e2e.run_plan("fp32", True, False) == [
+        ("mindrl", "fp32"),
+        ("trl", "fp32"),
+        ("mindrl", "bf16"),
+        ("trl", "bf16"),
+        ("trl", "bf16_mixed"),
+    ]
+
+
+def _fake_runs(tmp_path, monkeypatch) -> list[list[str]]:
+    """Both stacks' processes replaced by writers of their outputs: one row per step."""
+    import json
+
+    seen: list[list[str]] = []
+
+    def fake_tree(cmd, log, timeout_s):
+        seen.append(cmd)
+        if "cli/train_grpo.py" in cmd:
+            out = next(a.split("=", 1)[1] for a in cmd if a.startswith("runtime.output_dir="))
+            rows = [
+                {"step": s, "timing/step": 10.0, "e2e_tps": 100.0, "grpo/score": 0.1}
+                for s in (1, 2)
+            ]
+            Path(out).mkdir(parents=True, exist_ok=True)
+            (Path(out) / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+        else:
+            out = cmd[cmd.index("--out") + 1]
+            step = {"step_time": 30.0, "tokens": 1000.0, "reward": 0.1, "phases": {}}
+            with open(out, "w") as f:
+                json.dump({"steps": [step, step]}, f)
+        return process_tree.MemoryPeak(1.0)
+
+    monkeypatch.setattr(e2e, "run_tree", fake_tree)
+    monkeypatch.setattr(e2e, "run_roofline", lambda *a: {})
+    monkeypatch.setattr(e2e, "roofline_line", lambda name, roofline: f"{name}: roofline")
+    monkeypatch.setattr("tools.bench.roofline.matmul_gflops", lambda precision: 1.0)
+    return seen
+
+
+def test_the_report_prints_and_records_each_runs_overrides(tmp_path, monkeypatch, capsys):
+    import json
+
+    seen = _fake_runs(tmp_path, monkeypatch)
+    shipped = e2e.shipped_precision("grpo_smollm2_cpu")  # this machine's choice
+    out = tmp_path / "e2e.json"
+    assert e2e.main(["--steps", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    mindrl_cmd = seen[0]
+    assert mindrl_cmd[1:4] == ["cli/train_grpo.py", "--config-name", "grpo_smollm2_cpu"]
+    assert not any(a.startswith(("megatron_training.bf16", "generate_config.")) for a in mindrl_cmd)
+    assert f"mindrl_{shipped}: grpo_smollm2_cpu as shipped (no overrides)" in printed
+    assert f"trl_{shipped}: grpo_smollm2_cpu as shipped (no overrides)" in printed
+    report = json.loads(out.read_text())
+    assert report["as_shipped"] == {f"mindrl_{shipped}": True, f"trl_{shipped}": True}
+    assert report["shipped_precision"] == shipped and report["mindrl_overrides"] == []
+
+    # an override is the exception: printed for both stacks and recorded
+    seen.clear()
+    extra = "actor_config.recompute_granularity=selective"
+    assert e2e.main(["--steps", "2", "--out", str(out), "--mindrl-override", extra]) == 0
+    printed = capsys.readouterr().out
+    assert f"mindrl_{shipped}: grpo_smollm2_cpu with overrides (not as shipped): {extra}" in printed
+    assert f"trl_{shipped}: grpo_smollm2_cpu with overrides (not as shipped): {extra}" in printed
+    report = json.loads(out.read_text())
+    assert report["as_shipped"] == {f"mindrl_{shipped}": False, f"trl_{shipped}": False}
+    assert report["runs"][f"mindrl_{shipped}"]["overrides"] == [extra]
+    assert seen[0][-1] == extra and seen[1][-1] == extra
+
+
+def test_a_failed_trl_run_keeps_mindrls_result_and_exits_1(tmp_path, monkeypatch, capsys):
+    import json
+
+    _fake_runs(tmp_path, monkeypatch)
+    mindrl_tree = e2e.run_tree
+
+    def trl_missing(cmd, log, timeout_s):
+        if "cli/train_grpo.py" in cmd:
+            return mindrl_tree(cmd, log, timeout_s)
+        raise SystemExit("trl_grpo.py failed: ModuleNotFoundError: No module named 'trl'")
+
+    monkeypatch.setattr(e2e, "run_tree", trl_missing)
+    out = tmp_path / "e2e.json"
+    assert e2e.main(["--steps", "2", "--out", str(out)]) == 1
+    shipped = e2e.shipped_precision("grpo_smollm2_cpu")
+    report = json.loads(out.read_text())
+    assert list(report["runs"]) == [f"mindrl_{shipped}"]
+    assert "No module named 'trl'" in report["failed_runs"][f"trl_{shipped}"]
+    assert report["fastest_ratio"] is None
+    assert f"e2e: ratio=n/a (TRL failed: trl_{shipped})" in capsys.readouterr().out

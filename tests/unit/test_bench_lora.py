@@ -26,9 +26,9 @@ def test_the_lora_run_differs_from_full_only_by_the_adapter_keys(tmp_path):
         in extra
     )
     assert "actor_config.lr=0.0001" in extra
-    # the shared backbone needs the integrated worker and no reference section of its own
+    # the shared backbone needs the integrated worker; it replaces the shipped weight snapshot
     assert {"rl_config.use_integrated_worker=true", "rl_config.share_backbone=true"} <= set(extra)
-    assert {"~ref_config", "~rl_config.reference_resource"} <= set(extra)
+    assert "rl_config.reference_in_actor=false" in extra
     # nothing in the full run's list that the LoRA run overrides differently
     assert not {o.split("=")[0] for o in common} & {o.split("=")[0] for o in extra}
 

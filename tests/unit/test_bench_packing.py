@@ -18,7 +18,7 @@ def test_the_packed_run_differs_by_the_packing_keys_and_they_validate():
     from mindrl.data.packing import PackingSettings, pass_packing
 
     extra = packing.packing_overrides(2048, 1024)
-    run, _ = load_run_config("grpo_smollm2_cpu", extra, check_paths=False)
+    run, _ = load_run_config("grpo_smollm2_cpu", [*packing.PADDED, *extra], check_paths=False)
     cfg = run.rl.micro_batching
     assert pass_packing(cfg, "ref") == PackingSettings(True, True, 2048, None)
     assert pass_packing(cfg, "update") == PackingSettings(True, True, 1024, None)

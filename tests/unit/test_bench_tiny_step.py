@@ -10,22 +10,25 @@ import pytest
 from tools.bench import tiny_step
 
 
-def test_the_lean_run_packs_shares_prompts_and_keeps_the_reference_in_the_actor():
+def test_the_shipped_run_is_fast_and_lean_adds_only_the_reference_in_the_actor():
     from mindrl.config import load_run_config
     from mindrl.data.packing import pass_packing
 
-    run, _ = load_run_config(tiny_step.CONFIG, tiny_step.LEAN, check_paths=False)
-    update = pass_packing(run.rl.micro_batching, "update")
+    # grpo_tiny_cpu ships the fast settings: packed, shared prompts, old log-probs in the
+    # update, vLLM's compiled mode
+    shipped, _ = load_run_config(tiny_step.CONFIG, [], check_paths=False)
+    update = pass_packing(shipped.rl.micro_batching, "update")
     assert update.remove_padding and update.share_prompts and update.max_tokens == 8192
-    assert run.reference_snapshot and run.ref is not None  # the actor's weights, no process
-    assert run.rl.algorithm.recompute_old_log_prob == "in_update"
-    assert not run.generate.enforce_eager  # vLLM's compiled mode: start-up paid once
+    assert shipped.rl.algorithm.recompute_old_log_prob == "in_update"
+    assert not shipped.generate.enforce_eager  # vLLM's compiled mode: start-up paid once
+    assert not shipped.reference_snapshot and shipped.ref is not None  # a reference worker
+    # the lean run: the reference as the actor's weights, no process of its own
+    run, _ = load_run_config(tiny_step.CONFIG, tiny_step.LEAN, check_paths=False)
+    assert run.reference_snapshot and run.ref is not None
+    assert pass_packing(run.rl.micro_batching, "update") == update
     with_hf, _ = load_run_config(tiny_step.CONFIG, tiny_step.LEAN_HF, check_paths=False)
     assert with_hf.generate.rollout_backend == "hf"
     assert pass_packing(with_hf.rl.micro_batching, "update") == update  # only the backend
-    shipped, _ = load_run_config(tiny_step.CONFIG, [], check_paths=False)
-    assert not pass_packing(shipped.rl.micro_batching, "update").remove_padding
-    assert not shipped.reference_snapshot
 
 
 def _write(out_dir, steps: list[float], phase: float = 0.1) -> None:

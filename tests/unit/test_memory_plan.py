@@ -27,6 +27,7 @@ from mindrl.planning.params import model_params, stage_params
 from mindrl.planning.phases import PROCESS_GIB, actor_ranks, build_plan
 from mindrl.planning.shapes import Lengths, Recompute, RoleShape, effective, role_shape
 from tests.fresh_process import REPO
+from tests.layouts import PADDED_LAYOUT
 from tests.unit._model_files import MODEL_DIR, arch_kwargs
 
 SCRIPT = Path(__file__).with_name("_memory_plan_model.py")
@@ -344,13 +345,16 @@ def test_an_engine_share_too_small_for_its_weights_or_one_sequence_is_refused():
 
 
 def test_cpu_plan_sums_every_worker_process_on_the_host():
-    run = _run("grpo_tiny_cpu", "runtime.release_memory_min_mb=0")  # every pass gives back
+    # the old-policy pass of its own beside the reference's (MindSpeed-RL's layout)
+    run = _run("grpo_tiny_cpu", *PADDED_LAYOUT, "runtime.release_memory_min_mb=0")
     plan = plan_memory(run, "cpu")
     core = plan.core
     assert core.processes == 2  # actor and reference, colocated on one CPU bundle
     peaks = sum(r.worst.peak.total for r in core.roles)
     # without the release after each pass every process keeps its own peak
-    kept_all = plan_memory(_run("grpo_tiny_cpu", "+runtime.release_memory_after_pass=false"), "cpu")
+    kept_all = plan_memory(
+        _run("grpo_tiny_cpu", *PADDED_LAYOUT, "+runtime.release_memory_after_pass=false"), "cpu"
+    )
     assert kept_all.core.host_total > peaks + 2 * PROCESS_GIB * GIB
     # with it: what each keeps between passes, plus the fullest moment: the reference's
     # pass beside the actor's old-policy pass (bounded by its update's working memory), or
@@ -370,7 +374,7 @@ def test_cpu_plan_sums_every_worker_process_on_the_host():
     # `release_memory_min_mb`: a pass whose working memory is below it is not given back,
     # the process keeps the largest such; above every pass the plan is the kept-peaks one
     def host_total_keeping(mb: int) -> float:
-        kept_run = _run("grpo_tiny_cpu", f"runtime.release_memory_min_mb={mb}")
+        kept_run = _run("grpo_tiny_cpu", *PADDED_LAYOUT, f"runtime.release_memory_min_mb={mb}")
         return plan_memory(kept_run, "cpu").core.host_total
 
     largest = max(ref_pass, update, rollout)
@@ -382,7 +386,9 @@ def test_cpu_plan_sums_every_worker_process_on_the_host():
     assert small < rollout and ref_pass + update < rollout
     between = host_total_keeping(int((small + rollout) / 2) // 2**20)
     assert abs(between - (core.host_total + ref_pass)) < 2**20
-    tight = plan_memory(_run("grpo_tiny_cpu", "runtime.device_memory_gb=0.5"), "cpu")
+    tight = plan_memory(
+        _run("grpo_tiny_cpu", *PADDED_LAYOUT, "runtime.device_memory_gb=0.5"), "cpu"
+    )
     (problem,) = tight.problems
     assert "worker process(es) need" in problem and "runtime.device_memory_gb" in problem
 

@@ -17,6 +17,7 @@ from mindrl.data.packing import (
     pass_packing,
     plan_micro_batches,
 )
+from tests.layouts import PADDED_LAYOUT
 
 
 def _every_row_once(groups: list[list[int]], n: int) -> None:
@@ -57,7 +58,7 @@ def test_each_pass_reads_its_own_budget_as_mindspeed_rl_does():
     from mindrl.config import load_run_config
 
     run, _ = load_run_config(
-        "grpo_tiny_cpu",
+        "grpo_tiny_moe_cpu",  # sets no budget: each pass keeps MindSpeed-RL's default
         [
             "rl_config.use_remove_padding=true",
             "rl_config.use_dynamic_bsz=true",
@@ -146,7 +147,9 @@ def test_driver_padding_fraction_counts_what_each_layout_feeds():
 
     def fraction(*overrides: str) -> float:
         run, _ = load_run_config(
-            "grpo_tiny_cpu", ["actor_config.micro_batch_size=2", *overrides], check_paths=False
+            "grpo_tiny_cpu",
+            [*PADDED_LAYOUT, "actor_config.micro_batch_size=2", *overrides],
+            check_paths=False,
         )
         return pass_padding_fraction(batch, run, run.actor, "actor")
 
@@ -169,6 +172,7 @@ def test_budgeted_micro_batches_under_a_pipeline_need_packing():
             [
                 "actor_config.pipeline_model_parallel_size=2",
                 "rl_config.actor_resource.num_npus=2",
+                *PADDED_LAYOUT,
                 "rl_config.use_dynamic_bsz=true",
             ],
             check_paths=False,
@@ -185,8 +189,9 @@ def test_the_memory_plan_counts_a_budgeted_micro_batch_as_its_tokens():
         "rl_config.update_max_packing_token_size=1000",
         "rl_config.ref_max_packing_token_size=3000",
     ]
-    padded, _ = load_run_config("grpo_smollm2_cpu", [], check_paths=False)
-    run, _ = load_run_config("grpo_smollm2_cpu", budget, check_paths=False)
+    # grpo_tiny_cpu: a reference worker of its own (ref_config)
+    padded, _ = load_run_config("grpo_tiny_cpu", list(PADDED_LAYOUT), check_paths=False)
+    run, _ = load_run_config("grpo_tiny_cpu", [*PADDED_LAYOUT, *budget], check_paths=False)
     seq = Lengths.of(run).seq
     shapes = {p.role: p.shape.micro_batch for p in build_plan(run, "cpu").roles}
     assert shapes == {"actor": -(-1000 // seq), "ref": -(-3000 // seq)}

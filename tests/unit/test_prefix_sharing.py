@@ -16,6 +16,7 @@ from mindrl.data.prefix_sharing import (
     prompt_families,
     shared_group_tokens,
 )
+from tests.layouts import PADDED_LAYOUT
 
 A, B = [5, 6, 7], [8, 9]
 
@@ -140,7 +141,7 @@ def test_sharing_prompts_needs_packing_and_the_local_attention(overrides, match)
     with pytest.raises(ConfigError, match=match):
         load_run_config(
             "grpo_tiny_cpu",
-            ["rl_config.share_prompt_forward=true", *overrides],
+            [*PADDED_LAYOUT, "rl_config.share_prompt_forward=true", *overrides],
             check_paths=False,
         )
 

@@ -214,7 +214,8 @@ def test_grpo_step_calls_the_roles_in_order_and_leaves_batches_alone():
 
 
 def test_grpo_step_recomputes_old_log_probs_when_a_batch_gets_several_optimizer_steps():
-    t, actor = _trainer(["rl_config.mini_batch_size=2"])  # 2 prompts x 4 samples per step
+    # 2 prompts x 4 samples per step; the old log-probs by their own pass (MindSpeed-RL's way)
+    t, actor = _trainer(["rl_config.mini_batch_size=2", "rl_config.recompute_old_log_prob=auto"])
     assert recomputes_old_log_probs(t.run)
     t.roles.ref.calls = actor.calls  # one record of both roles' calls
     metrics, _ = grpo_step(t, step=0)

@@ -55,32 +55,26 @@ def test_the_live_weights_come_back_when_the_pass_fails():
     assert [p.data_ptr() for p in model.parameters()] == [d.data_ptr() for d in live]
 
 
-INTEGRATED = (
-    "rl_config.use_integrated_worker=true",
-    "~ref_config",
-    "~rl_config.reference_resource",
-)
-
-
-def _run(*overrides: str):
-    return load_run_config("grpo_smollm2_cpu", list(overrides), check_paths=False)[0]
+def _run(*overrides: str, config: str = "grpo_smollm2_cpu"):
+    """grpo_smollm2_cpu ships the integrated reference as a snapshot in the actor."""
+    return load_run_config(config, list(overrides), check_paths=False)[0]
 
 
 def test_the_reference_has_no_processes_of_its_own():
-    run = _run(*INTEGRATED, "rl_config.reference_in_actor=true")
+    run = _run()
     assert run.reference_snapshot and run.reference_in_actor
     assert [r.role for r in run.roles] == ["actor"]
-    separate = _run(*INTEGRATED)
+    separate = _run("rl_config.reference_in_actor=false")
     assert not separate.reference_in_actor and [r.role for r in separate.roles] == ["actor", "ref"]
 
 
 def test_reference_in_actor_needs_the_integrated_reference():
     with pytest.raises(ConfigError, match="reference_in_actor.*use_integrated_worker: true"):
-        _run("rl_config.reference_in_actor=true")
+        _run("rl_config.reference_in_actor=true", config="grpo_tiny_cpu")  # its ref_config
 
 
 def test_without_a_reference_it_says_no_effect(caplog):
     with caplog.at_level("WARNING"):
-        run = _run(*INTEGRATED, "rl_config.reference_in_actor=true", "rl_config.kl_loss_coef=0")
+        run = _run("rl_config.kl_loss_coef=0")
     assert run.ref is None and not run.reference_snapshot
     assert "reference_in_actor: no effect here (there is no reference model)" in caplog.text

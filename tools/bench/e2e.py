@@ -2,20 +2,27 @@
 
     python tools/bench/e2e.py [--steps 5] [--config-name grpo_smollm2_cpu] [--bf16]
                               [--skip-trl] [--out bench/results/e2e.json]
+                              [--mindrl-override KEY=VALUE ...]
 
-Runs, one after the other in this invocation, each in its own process tree:
-  mindrl_fp32  `cli/train_grpo.py --config-name CONFIG` for --steps steps (as shipped: fp32)
-  trl_fp32     tools/bench/trl_grpo.py: TRL's GRPOTrainer on the same model, prompt store,
-               verifier, group size, prompts per step, max new tokens, sampling, lr, Adam,
-               clip ratio, KL coefficient and micro-batch size, read from the same config
-               (with the --mindrl-override's applied); gradient checkpointing on exactly when
-               mindrl recomputes whole layers (`recompute_granularity: full`), so without
-               recompute TRL runs at its fastest, not its default (checkpointing on)
-  with --bf16 also mindrl_bf16 (bf16 weights and vLLM, megatron's mixed-precision optimizer
-  with fp32 master weights), trl_bf16 (bf16 weights and Adam state: cheaper, less precise) and
-  trl_bf16_mixed (fp32 weights, bf16 autocast: megatron's arithmetic). The report names the
-  fastest mindrl run measured (which precision is faster depends on the CPU's bf16 matmul
-  hardware).
+Measures the product: the config as shipped, with no overrides (its precision is the one it
+picks on this machine: the SmolLM2 configs' `${cpu_precision:...}`). An override is the
+exception; the report prints every run's overrides and records them in the JSON. Runs, one
+after the other in this invocation, each in its own process tree:
+  mindrl_P  `cli/train_grpo.py --config-name CONFIG` for --steps steps, as shipped; P is the
+            precision the config resolved to here (fp32 or bf16)
+  trl_P     tools/bench/trl_grpo.py: TRL's GRPOTrainer at that precision (bf16: pure bf16,
+            TRL's fastest) on the same model, prompt store, verifier, group size, prompts per
+            step, max new tokens, sampling, lr, Adam, clip ratio, KL coefficient and
+            micro-batch size, read from the same config (with the --mindrl-override's
+            applied); gradient checkpointing on exactly when mindrl recomputes whole layers
+            (`recompute_granularity: full`), so without recompute TRL runs at its fastest, not
+            its default (checkpointing on)
+  with --bf16 both stacks at both precisions: mindrl at the precision it did not ship at
+  (pinned by overrides, printed as such: bf16 weights and vLLM with megatron's
+  mixed-precision optimizer and fp32 master weights, or fp32), trl_fp32, trl_bf16 (bf16
+  weights and Adam state: cheaper, less precise) and trl_bf16_mixed (fp32 weights, bf16
+  autocast: megatron's arithmetic). The report names the fastest mindrl run measured (which
+  precision is faster depends on the CPU's bf16 matmul hardware).
 
 Per run: wall seconds per step, tokens per step (prompt + response tokens of the step's
 samples), the step's mean reward, the time split by phase, and the peak memory (summed PSS)
@@ -24,11 +31,13 @@ also its roofline (tools/bench/roofline.py): each model phase's seconds against 
 FLOPs set at the machine's matmul rate for the run's precision (the mean of one measurement
 right before the run and one right after: the host's speed drifts; both are reported).
 Step 1 is warm-up (engine and allocator caches) for both stacks: s/step and tok/s are over
-steps 2..N.
+steps 2..N. A TRL run that fails (TRL not installed, say) is reported with its error (JSON
+`failed_runs`, exit code 1) and mindrl's runs still are.
 
-ratio = mindrl_fp32 tok/s / trl_fp32 tok/s (target >= 1.5); with --bf16 also the bf16 and
-bf16_mixed ratios (mindrl_bf16 against each TRL bf16 run), and fastest_ratio: mindrl's fastest
-run against TRL's fastest, whatever their precisions (target >= 3; the last line). Writes
+ratio = mindrl_fp32 tok/s / trl_fp32 tok/s (target >= 1.5) where both ran fp32; the bf16 and
+bf16_mixed ratios (mindrl_bf16 against each TRL bf16 run) where they ran bf16; fastest_ratio:
+mindrl's fastest run against TRL's fastest, whatever their precisions (target >= 3; the last
+line). Writes
 bench/results/e2e.json and e2e.png (reward curves, s/step, phase split).
 """
 
@@ -52,7 +61,7 @@ from tools.bench.roofline import summary_line as roofline_line  # noqa: E402
 TARGET = 1.5
 FASTEST_TARGET = 3.0  # #18: each stack at its fastest working precision on the machine
 MINDRL_PHASES = ("rollout", "reward", "ref", "old_log_prob", "adv", "update", "sync")
-# each mindrl run pins its precision (the SmolLM2 config picks the CPU's fast one itself)
+# what pins a mindrl run's precision when it is not the one the config ships with (--bf16)
 PRECISION_OVERRIDES = {
     "fp32": ("megatron_training.bf16=false", "generate_config.dtype=float32"),
     "bf16": ("megatron_training.bf16=true", "generate_config.dtype=bfloat16"),
@@ -70,10 +79,42 @@ def mindrl_phases(m: dict[str, float]) -> dict[str, float]:
     return phases
 
 
+def shipped_precision(config: str, overrides: tuple[str, ...] = ()) -> str:
+    """The training precision `config` (with `overrides`) resolves to on this machine, as the
+    roofline names it: "bf16" or "fp32"."""
+    from mindrl.config import load_run_config
+
+    run = load_run_config(config, list(overrides), check_paths=False)[0]
+    return "fp32" if run.actor.precision.params_dtype == "fp32" else "bf16"
+
+
+def mindrl_overrides(
+    precision: str, shipped: str, overrides: tuple[str, ...] = ()
+) -> tuple[str, ...]:
+    """A mindrl run's overrides: the user's, plus the precision pin only where the run's
+    precision is not the one the config ships with here."""
+    pin = () if precision == shipped else PRECISION_OVERRIDES[precision]
+    return (*pin, *overrides)
+
+
+def overrides_line(name: str, config: str, overrides: list[str] | tuple[str, ...]) -> str:
+    """How a run differs from the shipped config: the report's line for it."""
+    if not overrides:
+        return f"{name}: {config} as shipped (no overrides)"
+    return f"{name}: {config} with overrides (not as shipped): {' '.join(overrides)}"
+
+
 def run_mindrl(
-    name: str, config: str, steps: int, precision: str, work: Path, overrides: tuple[str, ...] = ()
+    name: str,
+    config: str,
+    steps: int,
+    precision: str,
+    work: Path,
+    overrides: tuple[str, ...] = (),
+    shipped: str | None = None,
 ) -> dict:
-    extra = (*PRECISION_OVERRIDES[precision], *overrides)
+    """`shipped`: the precision the config resolves to here (None: ask it)."""
+    extra = mindrl_overrides(precision, shipped or shipped_precision(config, overrides), overrides)
     out_dir = work / name
     cmd = [
         sys.executable,
@@ -264,6 +305,16 @@ def plot(results: dict[str, dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def run_plan(shipped: str, both_precisions: bool, skip_trl: bool) -> list[tuple[str, str]]:
+    """(stack, precision) runs in order: mindrl as shipped and TRL at that precision (pure
+    bf16 where mindrl ships bf16: TRL's fastest); `both_precisions` adds the rest."""
+    plan = [("mindrl", shipped), ("trl", shipped)]
+    if both_precisions:
+        other = "fp32" if shipped == "bf16" else "bf16"
+        plan += [("mindrl", other), ("trl", other), ("trl", "bf16_mixed")]
+    return [(stack, p) for stack, p in plan if not (skip_trl and stack == "trl")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5)
@@ -276,22 +327,24 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a Hydra override for every mindrl run (repeatable), e.g. the memory-lean "
-        "layout: rl_config.use_integrated_worker=true +rl_config.reference_in_actor=true "
-        "'~ref_config'",
+        help="a Hydra override for every mindrl run and TRL's workload (repeatable; the "
+        "runs are then not as shipped, and the report says so), e.g. "
+        "actor_config.recompute_granularity=full",
     )
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be at least 2 (step 1 is warm-up)")
 
-    plan = [("mindrl", "fp32"), ("trl", "fp32")]
-    if args.bf16:
-        plan += [("mindrl", "bf16"), ("trl", "bf16"), ("trl", "bf16_mixed")]
-    if args.skip_trl:
-        plan = [(stack, precision) for stack, precision in plan if stack != "trl"]
-
     overrides = tuple(args.mindrl_override)  # the same workload for both stacks
+    shipped = shipped_precision(args.config_name, overrides)
+    plan = run_plan(shipped, args.bf16, args.skip_trl)
+    print(
+        f"e2e: {args.config_name} trains in {shipped} on this machine; "
+        + overrides_line("mindrl and TRL", args.config_name, overrides),
+        flush=True,
+    )
     results: dict[str, dict] = {}
+    failures: dict[str, str] = {}  # run name -> why it failed (TRL's runs only)
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="mindrl-e2e-") as tmp:
         work = Path(tmp)
@@ -299,9 +352,18 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{stack}_{precision}"
             print(f"e2e: running {name} ({args.steps} steps) ...", flush=True)
             if stack == "mindrl":
-                res = run_mindrl(name, args.config_name, args.steps, precision, work, overrides)
+                res = run_mindrl(
+                    name, args.config_name, args.steps, precision, work, overrides, shipped
+                )
             else:
-                res = run_trl(name, args.config_name, args.steps, precision, work, overrides)
+                try:
+                    res = run_trl(name, args.config_name, args.steps, precision, work, overrides)
+                except SystemExit as exc:  # e.g. TRL not installed: mindrl's runs still count
+                    print(f"  {name}: FAILED: {exc}", flush=True)
+                    failures[name] = str(exc)
+                    continue
+                res["overrides"] = list(overrides)
+            print("  " + overrides_line(name, args.config_name, res["overrides"]), flush=True)
             res["summary"] = summarize(res)
             s = res["summary"]
             print(
@@ -328,9 +390,12 @@ def main(argv: list[str] | None = None) -> int:
         "fastest_ratio": fastest_ratio(results),
         "fastest_target": FASTEST_TARGET,
         "memory_ratio": memory_ratio(results),
+        "shipped_precision": shipped,
         "mindrl_overrides": args.mindrl_override,
+        "as_shipped": {name: not res["overrides"] for name, res in results.items()},
         "target": TARGET,
         "runs": results,
+        "failed_runs": failures,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
@@ -342,9 +407,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"e2e: {precision} ratio={value:.2f} ({ours} / {theirs})")
     if report["memory_ratio"] is not None:
         print(f"e2e: memory_ratio={report['memory_ratio']:.2f} (peak PSS, fastest against fastest)")
-    if ratio is None:
-        print("e2e: ratio=n/a (TRL skipped)")
-    else:
+    if args.skip_trl or failures:
+        print(f"e2e: ratio=n/a (TRL {'failed: ' + ', '.join(failures) if failures else 'skipped'})")
+    elif ratio is not None:
         verdict = "ok" if ratio >= TARGET else "below"
         print(f"e2e: ratio={ratio:.2f} target>={TARGET:.2f} {verdict}")
     if report["fastest_ratio"] is not None:
@@ -354,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
             f"e2e: fastest_ratio={report['fastest_ratio']:.2f} ({ours} / {theirs}) "
             f"target>={FASTEST_TARGET:.2f} {verdict}"
         )
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
                                [--work-dir DIR]
 
 Runs `cli/train_grpo.py` twice, one after the other, each in a fresh process tree:
-  full  the config as shipped (every weight trained, a separate reference worker)
+  full  the config as shipped (every weight trained, the reference a weight snapshot in the
+        actor's processes)
   lora  rank-r adapters on linear_qkv, linear_proj, linear_fc1 and linear_fc2 with the base
         frozen, the reference being the actor's own base with its adapters off
         (share_backbone on the integrated worker: no reference process, no second copy), at
@@ -38,7 +39,8 @@ LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
 
 def lora_overrides(rank: int, alpha: int, lr: float) -> list[str]:
     """Adapters on every attention and MLP linear; the reference is the frozen base in the
-    actor's processes, so the config's ref_config and reference resources are dropped."""
+    actor's processes (the shared backbone, on the integrated worker the config ships with)
+    instead of the config's weight snapshot."""
     return [
         f"megatron_training.lora_r={rank}",
         f"megatron_training.lora_alpha={alpha}",
@@ -46,8 +48,7 @@ def lora_overrides(rank: int, alpha: int, lr: float) -> list[str]:
         f"actor_config.lr={lr}",
         "rl_config.use_integrated_worker=true",
         "rl_config.share_backbone=true",
-        "~ref_config",
-        "~rl_config.reference_resource",
+        "rl_config.reference_in_actor=false",
     ]
 
 

@@ -69,6 +69,12 @@ SMOLLM2 = (
     "generate_config.sampling_config.max_tokens=192",
     "generate_config.max_model_len=256",
 )
+# packing off: micro-batches of micro_batch_size rows (tools/bench/packing.py's)
+PADDED = (
+    "rl_config.use_remove_padding=false",
+    "rl_config.use_dynamic_bsz=false",
+    "rl_config.share_prompt_forward=false",
+)
 RECOMPUTE_FULL = (
     "actor_config.recompute_granularity=full",
     "actor_config.recompute_method=uniform",
@@ -87,7 +93,9 @@ class Layout:
     def all_overrides(self) -> list[str]:
         """The layout's overrides plus the batch that gives each DP rank 2 micro-batches of
         4 samples in one optimizer step (one prompt per rank: the prompts split over the
-        rollout engines, one per actor rank)."""
+        rollout engines, one per actor rank), padded (the configs ship packed; the plan is
+        checked on the padded micro-batches it counts; grpo_tiny_cpu's reference has its
+        own section, grpo_smollm2_cpu's is built from actor_config)."""
         return [
             *self.overrides,
             f"rl_config.actor_resource.num_npus={self.world}",
@@ -95,7 +103,8 @@ class Layout:
             f"rl_config.n_samples_per_prompt={8 * self.dp // self.world}",
             "rl_config.mini_batch_size=0",
             "actor_config.micro_batch_size=4",
-            "ref_config.micro_batch_size=4",
+            *PADDED,
+            *(["ref_config.micro_batch_size=4"] if self.config == "grpo_tiny_cpu" else []),
         ]
 
 

@@ -7,8 +7,8 @@
 
 Runs `cli/train_grpo.py` twice (three times with `--shared`), one after the other, each in a
 fresh process tree, same seed and data:
-  padded  the config as shipped (micro_batch_size samples per micro-batch, padded to the
-          longest)
+  padded  the config with packing off (`PADDED`: micro_batch_size samples per micro-batch,
+          padded to the longest; every run's overrides are printed and in the JSON)
   packed  use_remove_padding + use_dynamic_bsz: each pass's micro-batches hold up to its token
           budget, packed into one sequence (the defaults keep about the padded run's tokens
           per micro-batch: 16 x ~100 for the reference, 8 x ~100 for the update)
@@ -41,6 +41,14 @@ PADDING_KEYS = (
     "perf/padding_fraction_actor_update",
 )
 STEP1_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "grad_norm", "grpo/score")
+
+
+# the padded layout (the SmolLM2 configs ship packed): one micro_batch_size per micro-batch
+PADDED = (
+    "rl_config.use_remove_padding=false",
+    "rl_config.use_dynamic_bsz=false",
+    "rl_config.share_prompt_forward=false",
+)
 
 
 def packing_overrides(ref_tokens: int, update_tokens: int) -> list[str]:
@@ -130,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load_start = os.getloadavg()
     packed = packing_overrides(args.ref_tokens, args.update_tokens)
-    variants = {"padded": [], "packed": packed}
+    variants = {"padded": list(PADDED), "packed": [*packed, "rl_config.share_prompt_forward=false"]}
     if args.shared:
         variants["shared"] = [*packed, "rl_config.share_prompt_forward=true"]
     results = run_variants(

@@ -7,11 +7,11 @@
 
 Runs `cli/train_grpo.py --config-name grpo_tiny_cpu` twice, one after the other, each in a
 fresh process tree, same seed and data:
-  shipped  the config as it ships (padded micro-batches, the reference in its own process)
-  lean     packed micro-batches by token budget, each prompt once per micro-batch for its
-           samples, the old policy's log-probs made by the update (its first mini-batch
-           takes its own), the reference as a weight snapshot in the actor's process, vLLM's
-           compiled mode (a longer start-up for a cheaper rollout) (`LEAN`)
+  shipped  the config as it ships, no overrides (packed micro-batches by token budget, each
+           prompt once per micro-batch for its samples, the old policy's log-probs made by
+           the update, vLLM's compiled mode; the reference in its own process)
+  lean     the same with the reference as a weight snapshot in the actor's process (`LEAN`,
+           the run's overrides, printed and in the JSON)
 
 The tiny model's arithmetic is a few GFLOP a step, so its step time is fixed cost: engine
 steps, per-operator work, Ray calls, the driver. Per run: the median over steps
@@ -50,18 +50,12 @@ sys.path.insert(0, str(REPO))
 CONFIG = "grpo_tiny_cpu"
 TARGET_S = 0.25
 PSS_GATE_MIB = 16.0
+# what the lean run adds to the shipped config (which packs, shares prompts, makes the old
+# log-probs in the update and compiles vLLM itself): the reference in the actor's processes
 LEAN = [
-    "rl_config.use_remove_padding=true",
-    "rl_config.use_dynamic_bsz=true",
-    "rl_config.ref_max_packing_token_size=8192",
-    "rl_config.actor_max_packing_token_size=8192",
-    "rl_config.update_max_packing_token_size=8192",
-    "rl_config.share_prompt_forward=true",
-    "rl_config.recompute_old_log_prob=in_update",
     "rl_config.use_integrated_worker=true",
     "+rl_config.reference_in_actor=true",
     "~ref_config",
-    "generate_config.enforce_eager=false",
 ]
 LEAN_HF = [*LEAN, "generate_config.rollout_backend=hf"]
 PROFILED_STAGES = ("actor_generate", "actor_update", "reference_compute_log_prob")

@@ -35,7 +35,9 @@ def run_variants(
         work = work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         for name, overrides in variants.items():
-            print(f"{bench}: running {name} ({steps} steps) ...", flush=True)
+            print(
+                f"{bench}: running {name} ({steps} steps): {overrides_note(overrides)}", flush=True
+            )
             out_dir = work / name
             try:
                 res = training_run.run_one(
@@ -50,11 +52,19 @@ def run_variants(
                 print(f"  {name}: FAILED: {exc}", flush=True)
                 results[name] = {"error": str(exc)}
                 continue
+            res["overrides"] = list(overrides)  # on top of the shipped config
             if measure is not None:
                 res.update(measure(out_dir))
             print(f"  {name}: {(describe or training_run.run_line)(res)}", flush=True)
             results[name] = res
     return results
+
+
+def overrides_note(overrides: list[str]) -> str:
+    """A variant's difference from the shipped config, as its progress line says it."""
+    if not overrides:
+        return "the config as shipped (no overrides)"
+    return "overrides (not as shipped): " + " ".join(overrides)
 
 
 def write_report(path: Path, report: dict[str, Any], load_start: tuple[float, ...]) -> None:
