@@ -42,13 +42,14 @@ def _run(
     config: str = "grpo_tiny_cpu",
     grouped: bool = False,
     old_pass: bool = False,
+    steps: int = 2,
 ) -> dict:
     grads = tmp / f"grads-{len(list(tmp.iterdir()))}.pt"
     args = {
         "hf_dir": hf_dir,
         "config": config,
         "overrides": overrides,
-        "steps": 2,
+        "steps": steps,
         "grads": str(grads),
         "grouped": grouped,
         "old_pass": old_pass,

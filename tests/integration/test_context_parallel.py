@@ -1,0 +1,72 @@
+"""Context parallelism on megatron-core's local attention over gloo (several processes, fp32):
+the reference and old-policy log-probs, the update's losses, grad norm and the policy after
+the updates at CP 2 are those of CP 1 (<= 1e-5), padded and packed (use_remove_padding), ring
+(megatron_cp_algo) and Ulysses (ulysses_cp_algo), and TP 2 x CP 2 those of TP 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_packing import PACKED, _run, _same_run
+
+CP2 = ["actor_config.context_parallel_size=2"]
+RING = ["actor_config.context_parallel_algo=megatron_cp_algo"]
+ULYSSES = ["actor_config.context_parallel_algo=ulysses_cp_algo"]
+TP2 = ["actor_config.tensor_model_parallel_size=2"]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("context_parallel")
+
+
+@pytest.fixture(scope="module")
+def fresh(work):
+    from tests.fresh_process import FreshProcess
+
+    return FreshProcess(work / "fresh")
+
+
+@pytest.fixture(scope="module")
+def grads_dir(work) -> Path:
+    path = work / "grads"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture(scope="module")
+def cp1(fresh, tiny_model_dir, grads_dir) -> dict:
+    return _run(fresh, str(tiny_model_dir), 1, [], grads_dir, steps=3)
+
+
+@pytest.fixture(scope="module")
+def cp1_packed(fresh, tiny_model_dir, grads_dir) -> dict:
+    return _run(fresh, str(tiny_model_dir), 1, PACKED, grads_dir, steps=3)
+
+
+def test_ring_cp2_equals_cp1_padded(fresh, tiny_model_dir, grads_dir, cp1):
+    run = _run(fresh, str(tiny_model_dir), 2, CP2 + RING, grads_dir, steps=3)
+    _same_run(run, cp1)  # CP ranks hold whole weights: the same gradients as CP 1
+
+
+@pytest.mark.slow
+def test_ring_cp2_equals_cp1_packed(fresh, tiny_model_dir, grads_dir, cp1_packed):
+    run = _run(fresh, str(tiny_model_dir), 2, CP2 + RING + PACKED, grads_dir, steps=3)
+    _same_run(run, cp1_packed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("packed", [[], PACKED], ids=["padded", "packed"])
+def test_ulysses_cp2_equals_cp1(fresh, tiny_model_dir, grads_dir, cp1, cp1_packed, packed):
+    run = _run(fresh, str(tiny_model_dir), 2, CP2 + ULYSSES + packed, grads_dir, steps=3)
+    _same_run(run, cp1_packed if packed else cp1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", [RING, ULYSSES], ids=["ring", "ulysses"])
+def test_tp2_cp2_equals_tp2(fresh, tiny_model_dir, grads_dir, algo):
+    tp2 = _run(fresh, str(tiny_model_dir), 2, TP2, grads_dir, steps=3)
+    run = _run(fresh, str(tiny_model_dir), 4, TP2 + CP2 + algo, grads_dir, steps=3)
+    _same_run(run, tp2)
