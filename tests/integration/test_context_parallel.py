@@ -70,3 +70,20 @@ def test_tp2_cp2_equals_tp2(fresh, tiny_model_dir, grads_dir, algo):
     tp2 = _run(fresh, str(tiny_model_dir), 2, TP2, grads_dir, steps=3)
     run = _run(fresh, str(tiny_model_dir), 4, TP2 + CP2 + algo, grads_dir, steps=3)
     _same_run(run, tp2)
+
+
+ATTENTION_SCRIPT = Path(__file__).with_name("_cp_attention_rank.py")
+
+
+@pytest.mark.parametrize("world", [2, 3], ids=["cp2", "cp3"])
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("algo", ["megatron_cp_algo", "ulysses_cp_algo"])
+def test_attention_across_cp_ranks_equals_whole_sequence(fresh, algo, packed, world):
+    """fp64: this rank's rows of the whole sequence's attention and of its gradients."""
+    if algo == "ulysses_cp_algo" and world == 3:
+        pytest.skip("4 heads do not split over 3 ranks")
+    results = fresh.ranks(
+        ATTENTION_SCRIPT, {"algo": algo, "packed": packed}, world_size=world, timeout_s=300.0
+    )
+    for rank in results:
+        assert rank["out"] < 1e-12 and rank["grads"] < 1e-12, rank
