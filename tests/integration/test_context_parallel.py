@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
-from tests.integration.test_packing import PACKED, _run, _same_run
+from tests.integration.test_packing import PACKED, POLICY_TOL, _close, _run, _same_run
 
 CP2 = ["actor_config.context_parallel_size=2"]
 RING = ["actor_config.context_parallel_algo=megatron_cp_algo"]
@@ -38,7 +39,8 @@ def grads_dir(work) -> Path:
 
 @pytest.fixture(scope="module")
 def cp1(fresh, tiny_model_dir, grads_dir) -> dict:
-    return _run(fresh, str(tiny_model_dir), 1, [], grads_dir, steps=3)
+    weights = grads_dir / "hf-cp1.pt"
+    return _run(fresh, str(tiny_model_dir), 1, [], grads_dir, steps=3, hf_weights=weights)
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +49,16 @@ def cp1_packed(fresh, tiny_model_dir, grads_dir) -> dict:
 
 
 def test_ring_cp2_equals_cp1_padded(fresh, tiny_model_dir, grads_dir, cp1):
-    run = _run(fresh, str(tiny_model_dir), 2, CP2 + RING, grads_dir, steps=3)
+    weights = grads_dir / "hf-cp2.pt"
+    run = _run(fresh, str(tiny_model_dir), 2, CP2 + RING, grads_dir, steps=3, hf_weights=weights)
     _same_run(run, cp1)  # CP ranks hold whole weights: the same gradients as CP 1
+    # the weight sync and the converter read whole HF tensors, as at CP 1
+    cp2_hf = torch.load(weights, weights_only=True)
+    cp1_hf = torch.load(grads_dir / "hf-cp1.pt", weights_only=True)
+    assert cp2_hf.keys() == cp1_hf.keys()
+    for name, tensor in cp1_hf.items():
+        assert cp2_hf[name].shape == tensor.shape, name
+        _close(cp2_hf[name], tensor, name, POLICY_TOL)
 
 
 @pytest.mark.slow

@@ -43,6 +43,7 @@ def _run(
     grouped: bool = False,
     old_pass: bool = False,
     steps: int = 2,
+    hf_weights: Path | None = None,
 ) -> dict:
     grads = tmp / f"grads-{len(list(tmp.iterdir()))}.pt"
     args = {
@@ -50,6 +51,7 @@ def _run(
         "config": config,
         "overrides": overrides,
         "steps": steps,
+        "hf_weights": None if hf_weights is None else str(hf_weights),
         "grads": str(grads),
         "grouped": grouped,
         "old_pass": old_pass,
