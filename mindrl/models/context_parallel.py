@@ -25,7 +25,7 @@ ordinary TP x PP layout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -73,11 +73,19 @@ class ContextParallelParams:
     cp_group: Any = None  # what megatron reads (rotary: none, positions come from here)
     max_seqlen_q: int = 0
     max_seqlen_kv: int = 0
+    _masks: dict[Any, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     def allowed(self, rows: torch.Tensor, dtype: Any) -> torch.Tensor:
         """Additive mask [b or 1, 1, len(rows), S] for queries at global positions `rows`
         over every key: causal within a packed segment, or megatron's padded mask (the
-        diagonal always allowed, so a left-padding row is not empty)."""
+        diagonal always allowed, so a left-padding row is not empty). Built by the first
+        layer that asks and shared by the others (each would keep its own for the backward)."""
+        key = (rows.device, dtype, int(rows.numel()))
+        if key not in self._masks:
+            self._masks[key] = self._build_mask(rows, dtype)
+        return self._masks[key]
+
+    def _build_mask(self, rows: torch.Tensor, dtype: Any) -> torch.Tensor:
         device = rows.device
         keys = torch.arange(self.seq, device=device)
         diagonal = keys[None, :] == rows[:, None]

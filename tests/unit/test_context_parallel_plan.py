@@ -30,15 +30,13 @@ def test_chunks_are_megatrons_load_balanced_pairs():
 
 
 def test_cp_is_in_the_rank_grid_and_halves_the_layers_activations():
+    """The long-response CPU config: CP 2 on the actor and the reference."""
     run, _ = load_run_config(
-        "grpo_tiny_cpu",
-        [
-            "rl_config.actor_resource.num_npus=4",
-            "actor_config.context_parallel_size=2",
-            "actor_config.context_parallel_algo=megatron_cp_algo",
-        ],
+        "grpo_tiny_long_cp2_cpu",
+        ["rl_config.actor_resource.num_npus=4", "megatron_training.global_batch_size=4"],
     )
-    assert (run.actor.cp, run.actor.dp) == (2, 2)
+    assert (run.actor.cp, run.actor.dp, run.ref.cp) == (2, 2, 2)
+    assert run.actor.parallel.context_parallel_algo == "megatron_cp_algo"
     shape = role_shape(run.actor, "cpu")
     assert "CP2 DP2" in shape.describe()
     whole = dataclasses.replace(shape, cp=1)
