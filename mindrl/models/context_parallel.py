@@ -34,6 +34,16 @@ import torch.distributed as dist
 CP_ALGORITHMS = ("megatron_cp_algo", "ulysses_cp_algo")
 
 
+def segment_positions(cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(segment, position) of every packed token, both [cu_seqlens[-1]] long, from the
+    segments' bounds `cu_seqlens` ([segments + 1], starting at 0)."""
+    bounds = cu_seqlens.to(torch.long)
+    lengths = bounds[1:] - bounds[:-1]
+    segment = torch.repeat_interleave(torch.arange(lengths.numel(), device=bounds.device), lengths)
+    position = torch.arange(segment.numel(), device=bounds.device) - bounds[segment]
+    return segment, position
+
+
 def chunk_index(seq: int, cp_size: int, cp_rank: int, device: Any = None) -> torch.Tensor:
     """Global positions of this CP rank's tokens ([seq / cp_size]): chunks r and 2cp-1-r of
     the sequence cut into 2 x cp_size chunks (megatron's `get_batch_on_this_cp_rank`)."""
@@ -218,8 +228,6 @@ def split_micro_batch(
 ) -> tuple[tuple[Any, ...], dict[str, Any], ContextParallelParams]:
     """GPTModel's (input_ids, position_ids, attention_mask, ...) cut to this rank's tokens,
     with the layout in `packed_seq_params`."""
-    from mindrl.models.packed_attention import segment_positions
-
     cp, rank, group = cp_size_rank_group()
     names = ("input_ids", "position_ids", "attention_mask")
     values = dict(zip(names, args))

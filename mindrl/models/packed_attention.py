@@ -26,19 +26,13 @@ from typing import Any
 import torch
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 
-from mindrl.models.context_parallel import ContextParallelParams, context_parallel_attention
+from mindrl.models.context_parallel import (
+    ContextParallelParams,
+    context_parallel_attention,
+    segment_positions,
+)
 from mindrl.models.sdpa import gather_rows, scaled_dot_product_attention
 from mindrl.models.shared_prefix import SharedPrefixParams
-
-
-def segment_positions(cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(segment, position) of every packed token, both [cu_seqlens[-1]] long, from the
-    segments' bounds `cu_seqlens` ([segments + 1], starting at 0)."""
-    bounds = cu_seqlens.to(torch.long)
-    lengths = bounds[1:] - bounds[:-1]
-    segment = torch.repeat_interleave(torch.arange(lengths.numel(), device=bounds.device), lengths)
-    position = torch.arange(segment.numel(), device=bounds.device) - bounds[segment]
-    return segment, position
 
 
 class SegmentedDotProductAttention(DotProductAttention):
