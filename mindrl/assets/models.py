@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 TINY_BUILD_VERSION = 1
 
 # Fields left out of the hash at their default, so folders built before they existed are reused.
-_HASH_OPTIONAL = ("head_dim", "num_experts", "moe_ffn_hidden_size", "moe_topk")
+_HASH_OPTIONAL = ("head_dim", "num_experts", "moe_ffn_hidden_size", "moe_topk", "max_positions")
 # llama31: Llama with Llama 3.1's rope scaling, its parameters chosen so that, at head_dim 32,
 # some frequencies stay, one is interpolated and the rest are divided by the factor.
 TINY_LLAMA3_ROPE = {
@@ -90,6 +90,7 @@ class TinyModelSpec:
     num_experts: int | None = None  # qwen3_moe: routed experts per layer
     moe_ffn_hidden_size: int | None = None  # qwen3_moe: each expert's ffn size
     moe_topk: int | None = None  # qwen3_moe: experts per token
+    max_positions: int | None = None  # max_position_embeddings; None: 512 (left out of the hash)
 
     @property
     def dim(self) -> int:
@@ -154,7 +155,7 @@ def tiny_model_config(spec: TinyModelSpec | None = None, **variant: Any) -> Any:
         num_key_value_heads=spec.num_kv_heads,
         head_dim=spec.dim,
         hidden_act="silu",
-        max_position_embeddings=512,
+        max_position_embeddings=spec.max_positions or 512,
         rms_norm_eps=1e-6,
         rope_theta=10000.0,
         tie_word_embeddings=spec.tie_word_embeddings,
@@ -223,6 +224,7 @@ def build_tiny_model(
     num_experts: int | None = None,
     moe_ffn_hidden_size: int | None = None,
     moe_topk: int | None = None,
+    max_positions: int | None = None,
 ) -> Path:
     """Write an HF folder of a random-init tiny model of `family` (its family module's HF
     class: ``Qwen2ForCausalLM`` for qwen2, ``LlamaForCausalLM`` for llama or llama31, ...).
@@ -252,6 +254,7 @@ def build_tiny_model(
         num_experts=num_experts,
         moe_ffn_hidden_size=moe_ffn_hidden_size,
         moe_topk=moe_topk,
+        max_positions=max_positions,
     ).resolved()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -301,9 +304,16 @@ def tiny_qwen3_moe_dir() -> Path:
     )
 
 
+def tiny_long_dir() -> Path:
+    """The tiny Qwen2 with 16k positions, for responses of thousands of tokens (context
+    parallel on CPU): `${asset:tiny_long}`."""
+    return tiny_model_dir(max_positions=16384)
+
+
 # `${asset:NAME}` names of the tiny models (mindrl.config.resolvers).
 TINY_ASSETS: dict[str, Callable[[], Path]] = {
     "tiny": tiny_model_dir,
+    "tiny_long": tiny_long_dir,
     "tiny_qwen3": tiny_qwen3_dir,
     "tiny_llama31": tiny_llama31_dir,
     "tiny_qwen3_moe": tiny_qwen3_moe_dir,

@@ -25,6 +25,7 @@ class RoleLayout:
     dp: int
     ep: int = 1  # expert_model_parallel_size (MoE)
     layers: str = ""  # uneven stages / noop layers (`LayerLayout.describe`); "" for the even split
+    cp: int = 1  # context_parallel_size: each sequence split over CP ranks
 
     @property
     def expert_dp(self) -> int:
@@ -33,8 +34,11 @@ class RoleLayout:
         return self.dp // self.ep if self.dp % self.ep == 0 else 0
 
     def describe(self) -> str:
-        """`actor    devices=2 TP=1 PP=1 DP=2`, with `EP=2 expert-DP=1` for expert parallel."""
-        line = f"{self.role:<8} devices={self.num_devices} TP={self.tp} PP={self.pp} DP={self.dp}"
+        """`actor    devices=2 TP=1 PP=1 DP=2`, with `CP=2` for context parallel and `EP=2
+        expert-DP=1` for expert parallel."""
+        line = f"{self.role:<8} devices={self.num_devices} TP={self.tp} PP={self.pp}"
+        line += f" CP={self.cp}" if self.cp > 1 else ""
+        line += f" DP={self.dp}"
         line += f" EP={self.ep} expert-DP={self.expert_dp}" if self.ep > 1 else ""
         return line + (f" ({self.layers})" if self.layers else "")
 
@@ -112,7 +116,14 @@ class PlacementPlan:
 def _layout(role: RoleConfig) -> RoleLayout:
     ep = role.moe.expert_model_parallel_size
     return RoleLayout(
-        role.role, role.num_devices, role.tp, role.pp, role.dp, ep, role.layer_layout.describe()
+        role.role,
+        role.num_devices,
+        role.tp,
+        role.pp,
+        role.dp,
+        ep,
+        role.layer_layout.describe(),
+        role.cp,
     )
 
 

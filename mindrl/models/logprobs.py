@@ -216,15 +216,19 @@ def gather_vocab_parallel_logits(
 
 
 def sequence_multiple(model_chunks: Sequence[Any]) -> int:
-    """What every model input length must be a multiple of: the TP size under sequence
-    parallelism (the sequence is split over the TP ranks), else 1."""
+    """What every model input length must be a multiple of: 2 x CP under context parallelism
+    (megatron's load-balanced chunks), times the TP size under sequence parallelism (the
+    sequence is split over the TP ranks)."""
     from megatron.core import parallel_state as ps
 
     from mindrl.models.gpt import unwrap_model
 
+    multiple = 1
+    if ps.model_parallel_is_initialized() and ps.get_context_parallel_world_size() > 1:
+        multiple = 2 * ps.get_context_parallel_world_size()
     if not getattr(unwrap_model(model_chunks[0]).config, "sequence_parallel", False):
-        return 1
-    return ps.get_tensor_model_parallel_world_size()
+        return multiple
+    return multiple * ps.get_tensor_model_parallel_world_size()
 
 
 def pad_columns(t: torch.Tensor, width: int) -> torch.Tensor:

@@ -35,6 +35,19 @@ def dp_max(n: int) -> int:
     return int(t.item())
 
 
+def schedule_loss_scale(micro_batches: int) -> float:
+    """What each micro-batch's loss (normalised over the whole mini-batch) is multiplied by
+    so that megatron leaves the mini-batch's gradient: its schedule divides the loss by the
+    micro-batch count and multiplies it by CP, and DDP averages over DP x CP ranks. Every CP
+    rank computes the whole sequence's loss (`mindrl.models.context_parallel`), so CP
+    cancels out here."""
+    from megatron.core import parallel_state as ps
+
+    return float(micro_batches * ps.get_data_parallel_world_size()) / (
+        ps.get_context_parallel_world_size()
+    )
+
+
 @dataclass(frozen=True)
 class PromptRows:
     """The rows' prompts, for passes that run a shared prompt once (`share_prompts`)."""

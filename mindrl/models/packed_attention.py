@@ -14,7 +14,8 @@ each response over its prompt and itself.
 `segment_positions` says where each packed token sits (its segment and its position in it):
 the attention lays the segments side by side by these two indices, and the fused rope
 (`models/fused_rope.py`) rotates each token by the angle of its position within its own
-sequence.
+sequence. Context parallelism (`ContextParallelParams`) takes `mindrl.models.
+context_parallel`: this rank's queries over the whole sequence's keys.
 """
 
 from __future__ import annotations
@@ -25,18 +26,13 @@ from typing import Any
 import torch
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 
+from mindrl.models.context_parallel import (
+    ContextParallelParams,
+    context_parallel_attention,
+    segment_positions,
+)
 from mindrl.models.sdpa import gather_rows, scaled_dot_product_attention
 from mindrl.models.shared_prefix import SharedPrefixParams
-
-
-def segment_positions(cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(segment, position) of every packed token, both [cu_seqlens[-1]] long, from the
-    segments' bounds `cu_seqlens` ([segments + 1], starting at 0)."""
-    bounds = cu_seqlens.to(torch.long)
-    lengths = bounds[1:] - bounds[:-1]
-    segment = torch.repeat_interleave(torch.arange(lengths.numel(), device=bounds.device), lengths)
-    position = torch.arange(segment.numel(), device=bounds.device) - bounds[segment]
-    return segment, position
 
 
 class SegmentedDotProductAttention(DotProductAttention):
@@ -52,6 +48,16 @@ class SegmentedDotProductAttention(DotProductAttention):
         attention_bias: Any = None,
         packed_seq_params: Any = None,
     ) -> Any:
+        if isinstance(packed_seq_params, ContextParallelParams):
+            self._check_packable(attention_bias)
+            return context_parallel_attention(
+                query,
+                key,
+                value,
+                packed_seq_params,
+                scale=self.softmax_scale,
+                dropout=self.attention_dropout.p if self.training else 0.0,
+            )
         if isinstance(packed_seq_params, SharedPrefixParams):
             self._check_packable(attention_bias)
             layout = packed_seq_params.attention_layout(query.device, query.dtype)

@@ -97,6 +97,7 @@ def init_parallel(
     pipeline_parallel_size: int = 1,
     *,
     expert_parallel_size: int = 1,
+    context_parallel_size: int = 1,
     accelerator: str = "auto",
     virtual_pipeline_size: int | None = None,
     rank: int | None = None,
@@ -116,6 +117,8 @@ def init_parallel(
     `virtual_pipeline_size`: model chunks per pipeline rank (the interleaved schedule).
     `expert_parallel_size`: MoE experts split over this many ranks of each pipeline stage
     (megatron's expert group; experts keep TP inside it); it must divide the world / PP.
+    `context_parallel_size`: each sequence split over this many ranks (megatron's CP group,
+    inside each TP x CP block of a stage; `mindrl.models.context_parallel`).
     """
     import torch.distributed as dist
     from megatron.core import parallel_state
@@ -143,11 +146,11 @@ def init_parallel(
             )
         _OWNS_PROCESS_GROUP = True
     world = dist.get_world_size()
-    model_parallel = tensor_parallel_size * pipeline_parallel_size
+    model_parallel = tensor_parallel_size * pipeline_parallel_size * context_parallel_size
     if world % model_parallel:
         raise ValueError(
-            f"world size {world} is not divisible by TP x PP = "
-            f"{tensor_parallel_size} x {pipeline_parallel_size}"
+            f"world size {world} is not divisible by TP x PP x CP = "
+            f"{tensor_parallel_size} x {pipeline_parallel_size} x {context_parallel_size}"
         )
     if (world // pipeline_parallel_size) % (expert_parallel_size * tensor_parallel_size):
         raise ValueError(
@@ -159,6 +162,7 @@ def init_parallel(
             parallel_state.get_tensor_model_parallel_world_size() == tensor_parallel_size
             and parallel_state.get_pipeline_model_parallel_world_size() == pipeline_parallel_size
             and parallel_state.get_expert_model_parallel_world_size() == expert_parallel_size
+            and parallel_state.get_context_parallel_world_size() == context_parallel_size
         )
         if not same:
             raise RuntimeError(
@@ -171,6 +175,7 @@ def init_parallel(
             pipeline_model_parallel_size=pipeline_parallel_size,
             virtual_pipeline_model_parallel_size=virtual_pipeline_size,
             expert_model_parallel_size=expert_parallel_size,
+            context_parallel_size=context_parallel_size,
         )
     if seed is not None:
         acc.seed(seed)

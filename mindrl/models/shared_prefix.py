@@ -85,7 +85,10 @@ def check_shared_prefix_model(model: Any) -> None:
             f"position_embedding_type={kind!r} (multi_latent_attention="
             f"{config.multi_latent_attention})"
         )
-    if config.context_parallel_size > 1:
+    from megatron.core import parallel_state as ps
+
+    cp = ps.get_context_parallel_world_size() if ps.model_parallel_is_initialized() else 1
+    if max(config.context_parallel_size, cp) > 1:
         raise ValueError("share_prompt_forward with context parallelism is not built")
 
 

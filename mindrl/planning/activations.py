@@ -28,6 +28,13 @@ micro-batches, stage i PP - i; the interleaved schedule holds megatron's warm-up
 model-chunk micro-batches, 2 (PP - i - 1) + (V - 1) PP + 1, which on stage 0 is the paper's
 (1 + (PP - 1) / (PP V)) factor.
 
+Context parallelism (CP) runs the layers on seq / CP tokens of each sequence on every rank, so
+the per-token terms are counted for seq / CP tokens; the attention's keys reach over the whole
+sequence, and each layer also keeps the keys and values gathered from the other CP ranks for
+its backward (`models/context_parallel.py`; Ulysses' head-split q, k, v are of that order).
+The final norm runs on the rank's tokens; the loss on the gathered response tokens, whole on
+every CP rank.
+
 The loss: mindrl computes logits for the response tokens only (`models/token_select.py`;
 every position under SP, where the gather is not local). Per logit element, counted with the
 same hooks (tools/bench/memory_plan.py checks it): the update keeps the logits plus ~28
@@ -126,8 +133,8 @@ def stage_activations(
     """Training activations of one rank at pipeline stage `stage` (micro-batches of
     `shape.micro_batch` sequences of `seq` tokens, `n_micro` of them per optimizer step)."""
     vpp = shape.vpp if vpp is None else vpp
-    tokens = shape.micro_batch * seq
-    full = layer_bytes(shape, seq).total * tokens
+    tokens = shape.micro_batch * seq / shape.cp
+    full = layer_bytes(shape, seq).total * tokens + gathered_kv_bytes(shape, seq)
     sp = shape.tp if shape.sequence_parallel else 1
     checkpoint = shape.act_bytes * shape.arch.hidden_size * tokens / sp
     per_chunk = shape.layers_on_stage(stage) // vpp
@@ -150,10 +157,21 @@ def stage_activations(
 def forward_activations(shape: RoleShape, seq: int, micro_batch: int | None = None) -> float:
     """A forward pass without gradients: one layer's tensors at a time (plus the pipeline
     buffers)."""
-    tokens = (micro_batch or shape.micro_batch) * seq
+    rows = micro_batch or shape.micro_batch
+    tokens = rows * seq / shape.cp
     sp = shape.tp if shape.sequence_parallel else 1
     buffers = 2 * shape.act_bytes * shape.arch.hidden_size * tokens / sp if shape.pp > 1 else 0
-    return layer_bytes(shape, seq).total * tokens + buffers
+    return layer_bytes(shape, seq).total * tokens + gathered_kv_bytes(shape, seq, rows) + buffers
+
+
+def gathered_kv_bytes(shape: RoleShape, seq: int, micro_batch: int | None = None) -> float:
+    """One layer's keys and values of the other CP ranks' tokens (0 without CP)."""
+    if shape.cp == 1:
+        return 0.0
+    arch = shape.arch
+    kv = arch.num_kv_heads * arch.head_dim / shape.tp
+    others = (micro_batch or shape.micro_batch) * seq * (1 - 1 / shape.cp)
+    return 2 * kv * shape.act_bytes * others
 
 
 def logits_bytes(
@@ -166,7 +184,7 @@ def logits_bytes(
     scored = shape.micro_batch * response
     vocab = arch.padded_vocab_size(t) / t
     sp = t if shape.sequence_parallel else 1
-    norm = (e if shape.fused_norm else EAGER_NORM_BYTES) * arch.hidden_size * tokens / sp
+    norm = (e if shape.fused_norm else EAGER_NORM_BYTES) * arch.hidden_size * tokens / sp / shape.cp
     head_input = e * arch.hidden_size * (tokens if shape.sequence_parallel else scored)
     if t == 1:  # the chunked head: one chunk of logits at a time
         chunk = min(scored, chunk_tokens(int(vocab)))

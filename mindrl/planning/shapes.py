@@ -105,6 +105,7 @@ class RoleShape:
     # layers with weights on each pipeline stage (num_layer_list, noop layers left out);
     # empty: num_layers split evenly
     stage_layers: tuple[int, ...] = ()
+    cp: int = 1  # context parallel: each rank runs the layers on seq / CP of every sequence
 
     @property
     def act_bytes(self) -> int:
@@ -124,7 +125,8 @@ class RoleShape:
 
     def describe(self) -> str:
         vpp = f" VPP{self.vpp}" if self.vpp > 1 else ""
-        return f"TP{self.tp} PP{self.pp}{vpp} DP{self.dp}"
+        cp = f" CP{self.cp}" if self.cp > 1 else ""
+        return f"TP{self.tp} PP{self.pp}{vpp}{cp} DP{self.dp}"
 
 
 def _te_here() -> bool:
@@ -169,6 +171,7 @@ def role_shape(role: RoleConfig, backend: str) -> RoleShape:
         fused_local_attention=backend == "cpu" and role.model.attention_dropout == 0,
         adam_bytes=_adam_bytes(role),
         stage_layers=role.layer_layout.weighted_layers_per_stage(),
+        cp=role.cp,
     )
 
 

@@ -63,6 +63,7 @@ class MegatronModelWorker(ProfiledWorker, Worker):
             cfg.tp,
             cfg.pp,
             expert_parallel_size=cfg.moe.expert_model_parallel_size,
+            context_parallel_size=cfg.cp,
             virtual_pipeline_size=vpp,
             local_rank=self._visible_device_index(),
             accelerator=self.run.runtime.accelerator,
@@ -100,6 +101,7 @@ class MegatronModelWorker(ProfiledWorker, Worker):
             vp_stage=vp_stage,
             config_overrides=overrides,
             lora=lora,
+            context_parallel_algo=self.cfg.parallel.context_parallel_algo,
         )
         if lora is not None:
             from mindrl.models.lora import init_adapters

@@ -294,16 +294,13 @@ class PolicyUpdater:
     ) -> tuple[Any, list[Any], int, int]:
         """megatron's forward_step_func for this mini-batch, its micro-batches, and the
         schedule's sequence length and micro-batch size."""
-        from megatron.core import parallel_state as ps
-
-        from mindrl.models.micro_batches import fixed_packed_length
+        from mindrl.models.micro_batches import fixed_packed_length, schedule_loss_scale
 
         settings = LossSettings(
             loss=self.alg.loss_config(self.max_tokens),
             vocab_size=self.vocab_size,
             normalizer=global_normalizer(mini.response_mask, self.alg.loss_agg_mode),
-            # megatron divides each micro-batch loss by n_micro and DDP averages over DP
-            scale=float(len(groups) * ps.get_data_parallel_world_size()),
+            scale=schedule_loss_scale(len(groups)),
             entropy_grad=self.alg.entropy_coeff > 0,
         )
         parts = [mini.select(g) for g in groups]

@@ -93,15 +93,14 @@ class ValueUpdater(PolicyUpdater):
         self, mini: SampleBatch, groups: list[list[int]], multiple: int
     ) -> tuple[Any, list[Any], int, int]:
         """The critic's passes stay padded (packing is the actor's and reference's)."""
-        from megatron.core import parallel_state as ps
-
+        from mindrl.models.micro_batches import schedule_loss_scale
         from mindrl.workers.policy_update import global_normalizer
 
         step = functools.partial(
             value_forward_step,
             self.cliprange_value,
             global_normalizer(mini.response_mask, "token-mean"),
-            float(len(groups) * ps.get_data_parallel_world_size()),
+            schedule_loss_scale(len(groups)),
         )
         micro = [ValueMicroBatch.from_rows(mini.select(g), multiple) for g in groups]
         return step, micro, mini.input_ids.shape[1], len(groups[0])

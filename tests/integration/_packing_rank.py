@@ -5,7 +5,9 @@ updates, each followed by this rank's gradients.
 
 Arguments: {"hf_dir" (null: the config's model), "config" (default grpo_tiny_cpu),
 "overrides": [...], "steps": int, "grads": FILE, "grouped": rows share prompts, "old_pass": the
-batch carries the old policy's log-probs from their own pass}. Result per rank:
+batch carries the old policy's log-probs from their own pass, "hf_weights": FILE (optional):
+rank 0 saves the HF-named weights after the steps as the weight sync and the converter read
+them (`iter_hf_tensors`)}. Result per rank:
 {"ref": log-probs [B, S-1], "actor": log-probs, "metrics": per step, "policy": log-probs
 after the steps}; rank 0 saves {step: {param name: gradient}} (its shard) to `grads`.
 """
@@ -58,6 +60,13 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         metrics.append(worker.update(batch, step))
         grads[step] = gradients(worker)
     policy = worker.compute_log_prob(batch)
+    if args.get("hf_weights"):
+        from mindrl.checkpoint.online import iter_hf_tensors
+
+        named = iter_hf_tensors(worker.model_chunks, run.actor.model, to_tp_rank0_only=True)
+        weights = {name: t.detach().clone() for name, t in named}
+        if worker.info.rank == 0:
+            torch.save(weights, args["hf_weights"])
     if worker.info.rank == 0:
         torch.save(grads, args["grads"])
     out = {

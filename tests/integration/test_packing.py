@@ -42,13 +42,16 @@ def _run(
     config: str = "grpo_tiny_cpu",
     grouped: bool = False,
     old_pass: bool = False,
+    steps: int = 2,
+    hf_weights: Path | None = None,
 ) -> dict:
     grads = tmp / f"grads-{len(list(tmp.iterdir()))}.pt"
     args = {
         "hf_dir": hf_dir,
         "config": config,
         "overrides": overrides,
-        "steps": 2,
+        "steps": steps,
+        "hf_weights": None if hf_weights is None else str(hf_weights),
         "grads": str(grads),
         "grouped": grouped,
         "old_pass": old_pass,

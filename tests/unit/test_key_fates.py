@@ -56,6 +56,8 @@ Type = frozenset  # of ("C", cls) an instance, ("L", cls) a container of instanc
 READ_DESPITE_FATE: dict[tuple[str, str], str] = {
     ("DataConfig", "stage"): "refused outside ray_grpo / ray_dapo; the trainer reads which one",
     ("ModelArchConfig", "rope_scaling_type"): "refused except llama3; the builder reads it",
+    ("ParallelConfig", "context_parallel_algo"): "refused except ring / Ulysses; the model "
+    "builder reads which one",
 }
 
 
@@ -495,7 +497,10 @@ REFUSED = [
     ("rl_config.tp_split_expert=true", "expert-parallel rollout): not built yet"),
     ("generate_config.enable_expert_parallel=true", "expert-parallel rollout: not built yet"),
     ("generate_config.infer_pipeline_parallel_size=2", "pipeline-parallel rollout"),
-    ("megatron_training.context_parallel_size=2", "context parallel is not built yet"),
+    (
+        "megatron_training.context_parallel_algo=hybrid_cp_algo",
+        "MindSpeed-RL trains with ulysses_cp_algo or megatron_cp_algo only",
+    ),
     ("megatron_training.lora_target_modules=[linear_q]", "not megatron linears mindrl adapts"),
     ("megatron_training.stage=ray_foo", "mindrl trains GRPO, DAPO, PPO and offline DPO"),
     ("megatron_training.stage=ray_online_dpo", "online DPO (stage ray_online_dpo): not built"),
@@ -521,6 +526,7 @@ def test_a_refused_key_is_a_config_error_naming_the_feature(override, reason):
         "megatron_training.stage=ray_grpo",
         "megatron_training.stage=ray_dapo",
         "megatron_training.context_parallel_size=1",
+        "megatron_training.context_parallel_algo=megatron_cp_algo",
         "rl_config.partial_rollout_max_split=1",
         "megatron_training.optimizer=adam",
         "rl_config.token_level_loss=true",
