@@ -24,7 +24,11 @@ def fast_settings_left_off(run: RunConfig) -> list[str]:
         off.append("rl_config.use_remove_padding: true")
     if not mb.use_dynamic_bsz:
         off.append("rl_config.use_dynamic_bsz: true (with *_max_packing_token_size budgets)")
-    if not mb.share_prompt_forward and run.runtime.accelerator in SHARED_PROMPT_ACCELERATORS:
+    if (
+        not mb.share_prompt_forward
+        and run.runtime.accelerator in SHARED_PROMPT_ACCELERATORS
+        and run.actor.cp == 1  # not built with context parallel (config/packing.py)
+    ):
         off.append("rl_config.share_prompt_forward: true")
     alg = run.rl.algorithm
     if (

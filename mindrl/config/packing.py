@@ -61,4 +61,11 @@ def shared_prompt_problems(run: RunConfig) -> list[str]:
             "mask is built for megatron's local attention (CPU); Transformer Engine's / "
             "MindSpeed's fused attention would need it as an arbitrary mask (not built)"
         ]
+    split = [r for r in (run.actor, run.ref) if r is not None and r.cp > 1]
+    if split:
+        return [
+            f"rl_config.share_prompt_forward with {split[0].role}_config's "
+            f"context_parallel_size {split[0].cp}: a prompt block's mask over CP-split "
+            "chunks is not built; turn one of them off"
+        ]
     return []

@@ -59,6 +59,20 @@ def test_cp_must_divide_the_devices_with_tp_and_pp():
         )
 
 
+def test_shared_prompts_with_cp_are_refused_at_config_time_and_not_suggested():
+    from mindrl.config.errors import ConfigError
+    from mindrl.config.fast_settings import fast_settings_left_off
+
+    with pytest.raises(ConfigError, match="share_prompt_forward with actor_config's context"):
+        load_run_config(
+            "grpo_tiny_long_cp2_cpu",
+            ["rl_config.share_prompt_forward=true", "rl_config.use_remove_padding=true"],
+            local_paths=False,
+        )
+    run, _ = load_run_config("grpo_tiny_long_cp2_cpu", [], local_paths=False)
+    assert not any("share_prompt_forward" in s for s in fast_settings_left_off(run))
+
+
 def _mindspeed_configs(folder: Path, names: tuple[str, ...]) -> None:
     if not MIRROR.is_dir():
         pytest.skip("no MindSpeed-RL mirror on this machine")
