@@ -15,9 +15,7 @@ from mindrl.config.layer_layout import LayerLayout, layer_layout
 from mindrl.config.megatron_features import (
     LayerVariantConfig,
     LoRAConfig,
-    MLAConfig,
     MoEConfig,
-    RopeScalingConfig,
 )
 from mindrl.config.megatron_runtime import MegatronLoopConfig, MemoryConfig
 from mindrl.config.model_arch import ModelArchConfig
@@ -320,8 +318,6 @@ ROLE_GROUPS: dict[str, type] = {
     "memory": MemoryConfig,
     "megatron_loop": MegatronLoopConfig,
     "moe": MoEConfig,
-    "mla": MLAConfig,
-    "rope_scaling": RopeScalingConfig,
     "lora": LoRAConfig,
     "layer_variant": LayerVariantConfig,
 }
@@ -352,8 +348,6 @@ class RoleConfig:
     memory: MemoryConfig
     megatron_loop: MegatronLoopConfig
     moe: MoEConfig
-    mla: MLAConfig
-    rope_scaling: RopeScalingConfig
     lora: LoRAConfig
     layer_variant: LayerVariantConfig
     num_devices: int
