@@ -18,6 +18,14 @@ MOE_DISPATCHERS = {"alltoall": "alltoall", "alltoall_seq": "alltoall", "allgathe
 ROPE_SCALING_BUILT = ("llama3", "yarn")
 # The llama3 parameters a model file must give with rope_scaling_type: llama3.
 LLAMA3_ROPE_KEYS = ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+# The yarn parameters at their defaults (MindSpeed's): anything else needs rope_scaling_type: yarn.
+YARN_DEFAULTS = {
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "rope_scaling_mscale": 1.0,
+    "rope_scaling_mscale_all_dim": 0.0,
+    "rope_scaling_original_max_position_embeddings": None,
+}
 
 
 @dataclass(frozen=True)
@@ -260,6 +268,12 @@ class ModelArchConfig:
     def mla_problems(self) -> list[str]:
         """What makes the multi-latent attention keys incomplete (one line each)."""
         keys = ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+        family_mla = registry.family_spec(self.family).features.mla
+        if self.multi_latent_attention != family_mla:
+            return [
+                f"multi_latent_attention: {str(self.multi_latent_attention).lower()} does not "
+                f"fit model family {self.family}"
+            ]
         if not self.multi_latent_attention:
             stray = [k for k in (*keys, "q_lora_rank") if getattr(self, k) is not None]
             problems = [f"{k}: set without multi_latent_attention: true" for k in stray]
@@ -272,6 +286,42 @@ class ModelArchConfig:
         if self.qk_layernorm and self.q_lora_rank is None:
             problems.append("qk_layernorm with multi_latent_attention needs q_lora_rank")
         return problems
+
+    def family_feature_problems(self) -> list[str]:
+        """The MoE and attention features this model asks for that its family's mapping table
+        has no weights for (shared experts on Qwen3-MoE, DeepSeek's routing on Qwen2-MoE, ...):
+        the checkpoint could not hold them."""
+        spec = registry.family_spec(self.family)
+        whens = {r.when for r in spec.rules}
+        layer_kinds = {r.layers for r in spec.rules}
+        asked = {
+            "n_shared_experts / moe_shared_expert_intermediate_size (shared experts)": (
+                self.shared_expert_ffn_hidden_size is not None and "shared_expert" not in whens
+            ),
+            "shared_expert_gate": self.shared_expert_gate and "shared_expert_gate" not in whens,
+            "moe_router_enable_expert_bias": (
+                self.moe_router_enable_expert_bias and "expert_bias" not in whens
+            ),
+            "first_k_dense_replace / moe_layer_freq (dense layers among MoE layers)": (
+                self.has_dense_layers and "dense" not in layer_kinds
+            ),
+            "moe_router_score_function: sigmoid": (
+                self.moe_router_score_function == "sigmoid" and not spec.features.mla
+            ),
+            "moe_router_num_groups / moe_router_topk_scaling_factor (grouped, scaled routing)": (
+                bool(self.moe_router_num_groups or self.moe_router_topk_scaling_factor)
+                and not spec.features.mla
+            ),
+        }
+        builders = ", ".join(
+            s.display_name for s in registry.built_families() if s.features.moe and s != spec
+        )
+        return [
+            f"{what}: the {spec.display_name} family has none (mindrl's MoE families: "
+            f"{spec.display_name}, {builders})"
+            for what, on in asked.items()
+            if on
+        ]
 
     def routing_problems(self) -> list[str]:
         """What makes the router keys contradictory (one line each)."""
@@ -308,6 +358,7 @@ class ModelArchConfig:
                 f"moe_router_topk: {self.moe_router_topk} exceeds num_experts {self.num_experts}"
             )
         problems += self.routing_problems()
+        problems += self.family_feature_problems()
         if not family_is_moe:
             built = ", ".join(
                 s.display_name + (" (qk_layernorm: true)" if s.features.qk_norm else "")
@@ -342,15 +393,22 @@ class ModelArchConfig:
         """What makes the RoPE scaling keys incomplete or contradictory (one line each): every
         llama3 parameter must be given, since HF and megatron default them differently; yarn
         needs its pre-training context."""
+        problems = []
+        if self.rope_scaling_type != "yarn":
+            problems = [
+                f"{k}: set without rope_scaling_type: yarn"
+                for k, default in YARN_DEFAULTS.items()
+                if getattr(self, k) != default
+            ]
         if self.rope_scaling_type is None:
             stray = [k for k in ("rope_scaling_factor",) if getattr(self, k) != 1.0]
             stray += [k for k in LLAMA3_ROPE_KEYS if getattr(self, k) is not None]
-            return [f"{k}: set without rope_scaling_type (use llama3)" for k in stray]
+            return problems + [f"{k}: set without rope_scaling_type (use llama3)" for k in stray]
         if self.rope_scaling_type == "yarn":
             if self.rope_scaling_original_max_position_embeddings is None:
                 return ["rope_scaling_original_max_position_embeddings: required with yarn"]
             return []
-        problems = [
+        problems += [
             f"{k}: required with rope_scaling_type {self.rope_scaling_type}"
             for k in LLAMA3_ROPE_KEYS
             if getattr(self, k) is None
