@@ -174,7 +174,9 @@ class ModelArchConfig:
     first_k_dense_replace: int | None = spec(
         None, ge=0, help="the first k layers have a dense MLP (DeepSeek-V3: 3)"
     )
-    moe_layer_freq: int = spec(1, ge=1, help="every n-th layer (after the dense ones) is MoE")
+    moe_layer_freq: int | None = spec(
+        None, ge=1, help="every n-th layer (after the dense ones) is MoE (None: every one)"
+    )
     moe_router_load_balancing_type: str = spec(
         "aux_loss", choices=("aux_loss", "seq_aux_loss", "none"), help="the router's balance loss"
     )
@@ -246,7 +248,7 @@ class ModelArchConfig:
         the first `first_k_dense_replace` dense layers, every `moe_layer_freq`-th layer."""
         dense = self.first_k_dense_replace or 0
         return tuple(
-            self.is_moe and i >= dense and i % self.moe_layer_freq == 0
+            self.is_moe and i >= dense and i % (self.moe_layer_freq or 1) == 0
             for i in range(self.num_layers)
         )
 

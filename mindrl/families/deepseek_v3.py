@@ -207,7 +207,7 @@ class DeepSeekArch(Protocol):
     @property
     def first_k_dense_replace(self) -> int | None: ...
     @property
-    def moe_layer_freq(self) -> int: ...
+    def moe_layer_freq(self) -> int | None: ...
     @property
     def moe_router_num_groups(self) -> int | None: ...
     @property
@@ -223,7 +223,7 @@ class DeepSeekArch(Protocol):
 def deepseek_fields_to_hf(arch: DeepSeekArch) -> dict[str, Any]:
     """DeepseekV3Config's MLA and MoE arguments of `arch` (no multi-token-prediction layers)."""
     problems = []
-    if arch.moe_layer_freq != 1:
+    if (arch.moe_layer_freq or 1) != 1:
         problems.append("moe_layer_freq other than 1")
     if arch.moe_router_score_function != "sigmoid" or not arch.moe_router_enable_expert_bias:
         problems.append("routing other than sigmoid with an expert bias")

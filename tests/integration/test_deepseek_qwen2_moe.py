@@ -129,7 +129,9 @@ def _tp1_logits(model: dict, load, arch=None) -> torch.Tensor:
 
 def test_tp1_logits_match_hf_online_and_from_the_checkpoint(model, megatron_tp1):
     online = _tp1_logits(model, lambda m: load_hf_into_mcore([m], model["src"]))
-    saved = _tp1_logits(model, lambda m: load_mcore_checkpoint([m], model["mg"], arch=model["arch"]))
+    saved = _tp1_logits(
+        model, lambda m: load_mcore_checkpoint([m], model["mg"], arch=model["arch"])
+    )
     diff = (online - model["ref"]).abs().max().item()
     print(f"{model['family']} TP=1: max |logit diff| = {diff:.2e}")
     assert diff <= TOL
