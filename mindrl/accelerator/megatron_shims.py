@@ -303,3 +303,13 @@ def patch_distributed_optimizer_step_state() -> None:
 
     set_states._mindrl_keeps_step = True  # type: ignore[attr-defined]
     DistributedOptimizer._set_main_param_and_optimizer_states = set_states
+
+
+def mla_without_transformer_engine() -> None:
+    """megatron-core's MLA module decides it has Transformer Engine when its extension module
+    imports, which it does without TE (its classes are then stand-ins, not classes) and
+    `isinstance(x, stand_in)` raises; without TE the answer is no."""
+    from megatron.core.transformer import multi_latent_attention as mla
+
+    if not isinstance(getattr(mla, "TELinear", None), type):
+        mla.HAVE_TE = False

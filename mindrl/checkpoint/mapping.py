@@ -100,6 +100,25 @@ def symbol_sizes(arch: ModelArchConfig) -> dict[str, int]:
         "head": arch.head_dim,
         "experts": arch.num_experts or 0,
         "moe_ffn": arch.expert_ffn_hidden_size,
+        "shared_ffn": arch.shared_expert_ffn_hidden_size or 0,
+        "one": 1,
+        **mla_sizes(arch),
+    }
+
+
+def mla_sizes(arch: ModelArchConfig) -> dict[str, int]:
+    """The shape symbols of multi-latent attention ({} without it)."""
+    if not arch.multi_latent_attention:
+        return {}
+    heads = arch.num_attention_heads
+    rope, nope, v = arch.qk_pos_emb_head_dim or 0, arch.qk_head_dim or 0, arch.v_head_dim or 0
+    return {
+        "q_lora": arch.q_lora_rank or 0,
+        "kv_lora": arch.kv_lora_rank or 0,
+        "kv_down": (arch.kv_lora_rank or 0) + rope,
+        "q_up": heads * (nope + rope),
+        "kv_up": heads * (nope + v),
+        "v_out": heads * v,
     }
 
 
@@ -136,6 +155,8 @@ def bound_rules(
     experts = range(arch.num_experts or 0)
     for layer in layers:
         for r in rules:
+            if r.per_layer and not r.applies_to_layer(arch, layer):
+                continue  # a dense layer's MLP in a MoE model, or the other way round
             if r.per_expert:
                 out.extend(bind(r, arch, layer, e) for e in experts)
             elif r.per_layer:
@@ -152,6 +173,22 @@ def expected_hf_tensors(arch: ModelArchConfig) -> dict[str, tuple[int, ...]]:
     for bound in bound_rules(arch):
         out.update(zip(bound.hf, bound.hf_shapes))
     return out
+
+
+def dropped_hf_tensors(arch: ModelArchConfig, names: Sequence[str]) -> list[str]:
+    """The tensors of an HF checkpoint that are not part of `arch`'s causal LM and are skipped
+    by name (DeepSeek-V3's multi-token-prediction layers)."""
+    spec = registry.family_spec(arch.family)
+    return spec.dropped_hf_tensors(list(names), arch.hf_num_layers)
+
+
+def dropped_notice(dropped: Sequence[str]) -> str:
+    """One line naming what a conversion skipped."""
+    layers = sorted({".".join(n.split(".")[:3]) for n in dropped})
+    return (
+        f"dropped {len(dropped)} HF tensors of the multi-token-prediction layers "
+        f"({', '.join(layers)}): not part of the causal LM mindrl trains"
+    )
 
 
 def hf_output_plan(arch: ModelArchConfig) -> list[tuple[str, tuple[int, ...]]]:

@@ -52,6 +52,8 @@ from mindrl.checkpoint.hf_io import (
 from mindrl.checkpoint.mapping import (
     IGNORED_HF_SUFFIXES,
     bound_rules,
+    dropped_hf_tensors,
+    dropped_notice,
     expected_hf_tensors,
     hf_output_plan,
 )
@@ -214,10 +216,12 @@ def _open_checkpoint(load_dir: str | Path, save_dir: Path) -> tuple[Path, McoreC
     return iter_dir, info
 
 
-def check_hf_coverage(reader: HFCheckpointReader, arch: ModelArchConfig) -> None:
-    """Every HF tensor is used by the mapping, and every mapped HF tensor is present."""
+def check_hf_coverage(reader: HFCheckpointReader, arch: ModelArchConfig) -> list[str]:
+    """Every HF tensor is used by the mapping, and every mapped HF tensor is present; returns
+    the tensors the family drops by name (DeepSeek's multi-token-prediction layers)."""
     expected = expected_hf_tensors(arch)
-    names = set(reader.names())
+    dropped = dropped_hf_tensors(arch, reader.names())
+    names = set(reader.names()) - set(dropped)
     for name in expected:
         if name not in names:
             raise ConversionError(f"tensor {name} is missing from the HF checkpoint {reader.dir}")
@@ -230,6 +234,7 @@ def check_hf_coverage(reader: HFCheckpointReader, arch: ModelArchConfig) -> None
             f"HF tensor {name} is not covered by the {arch.family} mapping "
             f"(model_type_hf={arch.model_type_hf}, add_qkv_bias={arch.add_qkv_bias})"
         )
+    return dropped
 
 
 def reconcile_hf_flags(
@@ -307,7 +312,9 @@ def convert_hf_to_mcore(
         num_layer_list,
     )
     reader = HFCheckpointReader(hf_dir)
-    check_hf_coverage(reader, arch)
+    dropped = check_hf_coverage(reader, arch)
+    if dropped:
+        (notify or logger.warning)(dropped_notice(dropped))
     rules = bound_rules(arch)
     from mindrl.checkpoint.transforms import check_hf_shapes
 

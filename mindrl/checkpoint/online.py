@@ -84,6 +84,20 @@ def expert_layout(arch: ModelArchConfig) -> ExpertLayout:
     return ExpertLayout(ps.get_expert_model_parallel_rank(), size, (arch.num_experts or 0) // size)
 
 
+# Buffers that are model state a checkpoint holds (DeepSeek's expert bias: `e_score_correction_
+# bias`), kept in fp32 by megatron whatever the model's dtype.
+STATE_BUFFERS = ("mlp.router.expert_bias",)
+
+
+def model_tensors(gpt: Any) -> dict[str, Any]:
+    """A model's parameters and the buffers of `STATE_BUFFERS`, by name."""
+    tensors = dict(gpt.named_parameters())
+    for name, buf in gpt.named_buffers():
+        if name.endswith(STATE_BUFFERS):
+            tensors[name] = buf
+    return tensors
+
+
 def global_layer_numbers(model: Any) -> list[int]:
     """0-based global index of each layer of this model chunk, in local order."""
     gpt = unwrap_model(model)
@@ -166,7 +180,7 @@ def load_hf_into_mcore(
             gpt = unwrap_model(chunk)
             layers = global_layer_numbers(gpt)
             local_of = {g: i for i, g in enumerate(layers)}
-            params = dict(gpt.named_parameters())
+            params = model_tensors(gpt)
             filled: set[str] = set()
             for bound in bound_rules(arch, layers=layers, include_load_only=True):
                 if bound.expert is not None and not experts.is_local(bound.expert):
@@ -238,7 +252,7 @@ def local_params_by_global_name(
     for chunk in model_chunks:
         gpt = unwrap_model(chunk)
         layers = global_layer_numbers(gpt)
-        for name, p in gpt.named_parameters():
+        for name, p in model_tensors(gpt).items():
             m = _LAYER.match(name)
             if m:
                 name = _LAYER.sub(f"decoder.layers.{layers[int(m.group(1))]}.", name, count=1)
@@ -288,8 +302,9 @@ def iter_hf_tensors(
     device = next(iter(params.values())).device
 
     def empty(bound: BoundRule) -> dict[str, torch.Tensor]:
+        kind = torch.float32 if bound.mcore.endswith(STATE_BUFFERS) else dtype
         return {
-            name: torch.empty(shape, dtype=dtype, device=device)
+            name: torch.empty(shape, dtype=kind, device=device)
             for name, shape in zip(bound.hf, bound.hf_shapes)
         }
 

@@ -14,26 +14,20 @@ from dataclasses import dataclass
 from mindrl.config.fates import MINDSPEED, handed, no_effect, refused
 from mindrl.config.fields import spec
 
-SHARED = refused("shared experts (Qwen2-MoE, DeepSeek-V3): not built yet")
-DENSE_LAYERS = refused("dense layers among MoE layers (DeepSeek-V3): not built yet")
-GROUPED_ROUTING = refused("DeepSeek-V3's grouped / biased / scaled routing: not built yet")
-MLA = refused("MLA (DeepSeek-V3 multi-latent attention): not built yet")
-ROPE_SCALING = refused("YaRN RoPE scaling: not built yet (llama3 scaling is)")
+# The seed-era MoE key whose meaning mindrl reads from moe_router_load_balancing_type.
+SEQ_AUX = refused("seed-era seq_aux: set moe_router_load_balancing_type: seq_aux_loss instead")
 
 
 @dataclass(frozen=True)
 class MoEConfig:
     """Mixture-of-experts keys beyond the architecture ones (`num_experts`, `moe_router_topk`,
-    `moe_ffn_hidden_size`, `norm_topk_prob`, the balance losses and the dispatcher live in
-    `ModelArchConfig`): expert parallelism, NPU kernels, and the routing variants of
-    DeepSeek-V3 / Qwen2-MoE that are not built."""
+    `moe_ffn_hidden_size`, `norm_topk_prob`, the routing variants, the shared experts, the
+    dense layers, the balance losses and the dispatcher live in `ModelArchConfig`): expert
+    parallelism and NPU kernels."""
 
     expert_model_parallel_size: int = spec(
         1, ge=1, help="experts split over this many ranks (megatron's expert parallel group)"
     )
-    n_shared_experts: int | None = spec(None, fate=SHARED)
-    first_k_dense_replace: int | None = spec(None, fate=DENSE_LAYERS)
-    moe_layer_freq: int | None = spec(None, fate=DENSE_LAYERS)
     moe_tp_extend_ep: bool = spec(
         False,
         fate=no_effect(
@@ -41,21 +35,7 @@ class MoEConfig:
             "its EP rank (megatron's expert_tensor_parallel_size = TP): the same model"
         ),
     )
-    moe_router_num_groups: int | None = spec(None, fate=GROUPED_ROUTING)
-    moe_router_group_topk: int | None = spec(None, fate=GROUPED_ROUTING)
-    moe_router_topk_scaling_factor: float | None = spec(None, fate=GROUPED_ROUTING)
-    moe_router_score_function: str = spec(
-        "softmax",
-        fate=refused("sigmoid routing (DeepSeek-V3): not built yet", allowed=("softmax",)),
-    )
-    moe_router_enable_expert_bias: bool = spec(False, fate=GROUPED_ROUTING)
-    n_group: int | None = spec(None, fate=GROUPED_ROUTING, help="seed-era moe_router_num_groups")
-    topk_group: int | None = spec(None, fate=GROUPED_ROUTING, help="seed-era moe_router_group_topk")
-    routed_scaling_factor: float | None = spec(None, fate=GROUPED_ROUTING)
-    seq_aux: bool = spec(
-        False,
-        fate=refused("seed-era seq_aux: set moe_router_load_balancing_type: seq_aux_loss instead"),
-    )
+    seq_aux: bool = spec(False, fate=SEQ_AUX)
     moe_grouped_gemm: bool = spec(
         False,
         fate=handed(MINDSPEED),
@@ -65,36 +45,6 @@ class MoEConfig:
     moe_permutation_async_comm: bool = spec(False, fate=handed(MINDSPEED))
     moe_alltoall_overlap_comm: bool = spec(False, fate=handed(MINDSPEED))
     use_fused_moe_token_permute_and_unpermute: bool = spec(False, fate=handed(MINDSPEED))
-
-
-@dataclass(frozen=True)
-class MLAConfig:
-    """DeepSeek's multi-latent attention (current and seed-era key names)."""
-
-    multi_latent_attention: bool = spec(False, fate=MLA)
-    multi_head_latent_attention: bool = spec(False, fate=MLA)
-    q_lora_rank: int | None = spec(None, fate=MLA)
-    kv_lora_rank: int | None = spec(None, fate=MLA)
-    qk_head_dim: int | None = spec(None, fate=MLA)
-    qk_pos_emb_head_dim: int | None = spec(None, fate=MLA)
-    qk_nope_head_dim: int | None = spec(None, fate=MLA)
-    qk_rope_head_dim: int | None = spec(None, fate=MLA)
-    v_head_dim: int | None = spec(None, fate=MLA)
-
-
-@dataclass(frozen=True)
-class RopeScalingConfig:
-    """YaRN's RoPE scaling keys; llama3 scaling (`rope_scaling_type`, `rope_scaling_factor`,
-    `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`) is built and
-    lives in `ModelArchConfig`."""
-
-    rope_scaling_original_max_position_embeddings: int | None = spec(None, fate=ROPE_SCALING)
-    beta_fast: int = spec(32, fate=ROPE_SCALING)
-    beta_slow: int = spec(1, fate=ROPE_SCALING)
-    rope_scaling_beta_fast: int = spec(32, fate=ROPE_SCALING, help="seed-era beta_fast")
-    rope_scaling_beta_slow: int = spec(1, fate=ROPE_SCALING, help="seed-era beta_slow")
-    rope_scaling_mscale: float = spec(1.0, fate=ROPE_SCALING)
-    rope_scaling_mscale_all_dim: float = spec(0.0, fate=ROPE_SCALING)
 
 
 LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")

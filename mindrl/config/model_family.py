@@ -226,6 +226,8 @@ def _key_evidence(section: Mapping[str, Any]) -> _Evidence | None:
     q/k layernorm, a custom layer spec), else None."""
     on = [k for k in section if _is_marker(k) and _is_on(k, section[k])]
     moe = [k for k in on if k in MOE_KEYS or k.startswith("moe_")]
+    if not any(k in MOE_KEYS for k in moe):
+        moe = []  # router settings (MindSpeed's defaults spelled out) without experts: dense
     spec_text = _spec_text(section)
     hint = spec_hint(section)
     from_spec = f"model yaml spec: {spec_text}"

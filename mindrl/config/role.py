@@ -16,9 +16,7 @@ from mindrl.config.layer_layout import LayerLayout, layer_layout
 from mindrl.config.megatron_features import (
     LayerVariantConfig,
     LoRAConfig,
-    MLAConfig,
     MoEConfig,
-    RopeScalingConfig,
 )
 from mindrl.config.megatron_runtime import MegatronLoopConfig, MemoryConfig
 from mindrl.config.model_arch import ModelArchConfig
@@ -333,8 +331,6 @@ ROLE_GROUPS: dict[str, type] = {
     "memory": MemoryConfig,
     "megatron_loop": MegatronLoopConfig,
     "moe": MoEConfig,
-    "mla": MLAConfig,
-    "rope_scaling": RopeScalingConfig,
     "lora": LoRAConfig,
     "layer_variant": LayerVariantConfig,
     "dpo": DPOKeys,
@@ -367,8 +363,6 @@ class RoleConfig:
     memory: MemoryConfig
     megatron_loop: MegatronLoopConfig
     moe: MoEConfig
-    mla: MLAConfig
-    rope_scaling: RopeScalingConfig
     lora: LoRAConfig
     layer_variant: LayerVariantConfig
     dpo: DPOKeys

@@ -69,6 +69,7 @@ def _role_layout_problems(role: RoleConfig, resource_key: str) -> list[str]:
         )
     out.extend(f"model.{m.name}.{problem}" for problem in m.rope_scaling_problems())
     out.extend(f"model.{m.name}.{problem}" for problem in m.moe_problems())
+    out.extend(f"model.{m.name}.{problem}" for problem in m.mla_problems())
     if role.precision.bf16 and role.precision.fp16:
         out.append(f"{sec}.bf16: bf16 and fp16 are both true; choose one")
     if role.optim.min_lr > role.optim.lr and role.optim.lr_decay_style != "constant":

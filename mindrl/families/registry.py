@@ -160,9 +160,11 @@ def family_for_features(features: Features) -> str | None:
     return None
 
 
-def marked_families() -> tuple[UnbuiltFamily, ...]:
-    """Unbuilt families a MindSpeed yaml marks by a key or a word of its layer spec."""
-    return tuple(u for u in _UNBUILT.values() if u.yaml_marker or u.layer_spec_hint)
+def marked_families() -> tuple[FamilySpec | UnbuiltFamily, ...]:
+    """Families a MindSpeed yaml marks by a key only they have (`multi_latent_attention`:
+    DeepSeek-V3, built) or, for unbuilt ones, a word of its layer spec."""
+    built = tuple(s for s in _BUILT.values() if s.yaml_marker)
+    return built + tuple(u for u in _UNBUILT.values() if u.yaml_marker or u.layer_spec_hint)
 
 
 def layer_spec_hints() -> tuple[str, ...]:

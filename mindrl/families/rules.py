@@ -35,16 +35,34 @@ class ArchFeatures(Protocol):
     @property
     def tie_word_embeddings(self) -> bool: ...
 
+    @property
+    def q_lora_rank(self) -> int | None: ...
+
+    @property
+    def shared_expert_ffn_hidden_size(self) -> int | None: ...
+
+    @property
+    def shared_expert_gate(self) -> bool: ...
+
+    @property
+    def moe_router_enable_expert_bias(self) -> bool: ...
+
+    def is_moe_layer(self, layer: int) -> bool: ...
+
 
 @dataclass(frozen=True)
 class ParamRule:
     """One megatron-core parameter and the HF tensor(s) it corresponds to.
 
     `hf_shapes` gives each HF tensor's shape in symbols: hidden, ffn, vocab, q (= heads x
-    head_dim), kv (= kv heads x head_dim), head (= head_dim), experts, moe_ffn. `when` restricts
-    the rule to architectures with qkv_bias / tied / untied embeddings. `load_only` rules fill a
-    megatron parameter that is a copy of another (the tied output layer on the last pipeline
-    stage); exports skip them.
+    head_dim), kv (= kv heads x head_dim), head (= head_dim), experts, moe_ffn, shared_ffn,
+    one, and MLA's q_lora, kv_lora, kv_down (kv_lora + RoPE dim), q_up (heads x q/k head
+    dim), kv_up (heads x (no-RoPE dim + v dim)), v_out (heads x v dim). `when` restricts the
+    rule to architectures with qkv_bias / tied / untied embeddings / a q latent (q_lora) or
+    none (q_direct) / a shared expert / its gate / an expert bias; `layers` to the dense or the
+    MoE layers of a model with both (DeepSeek-V3). `load_only` rules fill a megatron parameter
+    that is a copy of another (the tied output layer on the last pipeline stage); exports skip
+    them.
     """
 
     mcore: str
@@ -53,6 +71,7 @@ class ParamRule:
     split: Split
     when: str | None = None
     load_only: bool = False
+    layers: str | None = None  # "dense" / "moe": only those layers
 
     @property
     def per_layer(self) -> bool:
@@ -68,4 +87,15 @@ class ParamRule:
             "qkv_bias": arch.add_qkv_bias,
             "tied": arch.tie_word_embeddings,
             "untied": not arch.tie_word_embeddings,
+            "q_lora": arch.q_lora_rank is not None,
+            "q_direct": arch.q_lora_rank is None,
+            "shared_expert": arch.shared_expert_ffn_hidden_size is not None,
+            "shared_expert_gate": arch.shared_expert_gate,
+            "expert_bias": arch.moe_router_enable_expert_bias,
         }[self.when]
+
+    def applies_to_layer(self, arch: ArchFeatures, layer: int) -> bool:
+        """Whether global layer `layer` has this rule's parameter (dense vs MoE MLP)."""
+        if self.layers is None:
+            return True
+        return arch.is_moe_layer(layer) == (self.layers == "moe")

@@ -37,6 +37,10 @@ def _no_fields(_: Any) -> dict[str, Any]:
     return {}
 
 
+def _nothing_dropped(names: list[str], num_hidden_layers: int) -> list[str]:
+    return []
+
+
 @dataclass(frozen=True)
 class FamilySpec:
     """Everything mindrl knows about a family it builds.
@@ -63,8 +67,13 @@ class FamilySpec:
     qkv_bias_variant: str | None = None
     # a word in MindSpeed's `spec:` (layer spec module path) that marks this family's features
     layer_spec_hint: str = ""
+    # a MindSpeed yaml key (set on) that only this family has (multi_latent_attention)
+    yaml_marker: str = ""
     arch_fields_from_hf: Callable[[Mapping[str, Any]], dict[str, Any]] = _no_fields
     hf_fields_from_arch: Callable[[Any], dict[str, Any]] = _no_fields
+    # the HF tensors of a checkpoint that are not the causal LM's (DeepSeek's multi-token
+    # prediction layers): the converter and the online loader skip them with a notice
+    dropped_hf_tensors: Callable[[list[str], int], list[str]] = _nothing_dropped
     # extra transformers config arguments of the tiny random test models (`mindrl.assets`)
     tiny_hf_fields: Mapping[str, Any] = field(default_factory=dict)
 

@@ -9,13 +9,6 @@ MOE_REASON = "mixture of experts"
 MLA_MOE_REASON = "multi-latent attention, mixture of experts"
 
 UNBUILT: tuple[UnbuiltFamily, ...] = (
-    UnbuiltFamily(
-        "qwen2_moe",
-        MOE_REASON,
-        Features(qkv_bias=True, moe=True),
-        spellings=("qwen2_moe", "qwen2-moe"),
-        hf_architectures=("Qwen2MoeForCausalLM",),
-    ),
     # a MindSpeed yaml with MoE keys but neither q/k norm nor q/k/v biases
     UnbuiltFamily("moe", MOE_REASON, Features(moe=True)),
     UnbuiltFamily(
@@ -24,15 +17,6 @@ UNBUILT: tuple[UnbuiltFamily, ...] = (
         Features(moe=True),
         spellings=("mixtral",),
         hf_architectures=("MixtralForCausalLM",),
-    ),
-    UnbuiltFamily(
-        "deepseek_v3",
-        MLA_MOE_REASON,
-        Features(moe=True, mla=True),
-        spellings=("deepseek_v3", "deepseekv3", "deepseek3"),
-        hf_architectures=("DeepseekV3ForCausalLM",),
-        yaml_marker="multi_latent_attention",
-        layer_spec_hint="deepseek",
     ),
     UnbuiltFamily(
         "deepseek_v2",

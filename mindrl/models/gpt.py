@@ -1,11 +1,13 @@
 """Build megatron-core's GPTModel from a `ModelArchConfig` at the current TP/PP.
 
-Llama / Qwen2 / Qwen3 / Qwen3-MoE map onto GPTModel as: RMSNorm (eps), RoPE (theta, non-interleaved like
+Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE / DeepSeek-V3 map onto GPTModel as: RMSNorm (eps), RoPE (theta, non-interleaved like
 HF's rotate_half; Llama 3.x frequency scaling), SwiGLU (gated_linear_unit + silu), GQA
 (num_query_groups), explicit head_dim (kv_channels), bias only on QKV (Qwen2), RMSNorm per
 query / key head (Qwen3: qk_layernorm), tied or untied output layer, vocab padded to a multiple
 of make_vocab_size_divisible_by x TP; Qwen3-MoE's experts are megatron's MoE layer
-(`mindrl.models.moe`). The transformer-engine layer spec is used when
+(`mindrl.models.moe`; with Qwen2-MoE's and DeepSeek's shared experts, DeepSeek's
+sigmoid routing and dense first layers); DeepSeek's multi-latent attention is megatron's MLA
+spec with an `MLATransformerConfig` (YaRN RoPE). The transformer-engine layer spec is used when
 transformer_engine imports, the local (pure megatron-core) spec otherwise.
 
 megatron-core >= 0.12: only long-standing TransformerConfig fields are set, and keyword
@@ -52,11 +54,21 @@ def validate_parallel_layout(
     cannot split this architecture (names the flag)."""
     problems = validate_expert_layout(arch, ep)
     problems += layout_problems(arch.num_layers, pp, num_layer_list, arch.noop_layers)
-    for what, value in (
+    sizes = [
         ("num_attention_heads", arch.num_attention_heads),
         ("num_query_groups (kv heads)", arch.num_kv_heads),
         ("moe_ffn_hidden_size" if arch.is_moe else "ffn_hidden_size", arch.expert_ffn_hidden_size),
-    ):
+    ]
+    if arch.has_dense_layers:
+        sizes.append(("ffn_hidden_size", arch.ffn_hidden_size))
+    if arch.shared_expert_ffn_hidden_size:
+        sizes.append(("the shared expert's ffn size", arch.shared_expert_ffn_hidden_size))
+    if arch.multi_latent_attention:  # the latent down projections are split over TP too
+        if arch.q_lora_rank:
+            sizes.append(("q_lora_rank", arch.q_lora_rank))
+        kv_down = (arch.kv_lora_rank or 0) + (arch.qk_pos_emb_head_dim or 0)
+        sizes.append(("kv_lora_rank + qk_pos_emb_head_dim", kv_down))
+    for what, value in sizes:
         if value % tp:
             problems.append(
                 f"--target-tensor-parallel-size {tp} does not divide {what}={value} "
@@ -157,7 +169,35 @@ def transformer_config_from_arch(
         from mindrl.models.fused_rope import install_fused_rope
 
         install_fused_rope()  # megatron's fused-rope slots: TE's kernel, else mindrl's own
+    if arch.multi_latent_attention:
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+        kwargs.update(mla_transformer_kwargs(arch))
+        return MLATransformerConfig(**_filter_fields(MLATransformerConfig, kwargs))
     return TransformerConfig(**_filter_fields(TransformerConfig, kwargs))
+
+
+def mla_transformer_kwargs(arch: ModelArchConfig) -> dict[str, Any]:
+    """MLATransformerConfig's fields of DeepSeek's multi-latent attention and its RoPE (YaRN
+    when rope_scaling_type is yarn; the softmax scale then carries YaRN's mscale_all_dim)."""
+    yarn = arch.rope_scaling_type == "yarn"
+    return dict(
+        q_lora_rank=arch.q_lora_rank,
+        kv_lora_rank=arch.kv_lora_rank,
+        qk_head_dim=arch.qk_head_dim,
+        qk_pos_emb_head_dim=arch.qk_pos_emb_head_dim,
+        v_head_dim=arch.v_head_dim,
+        rope_type="yarn" if yarn else "rope",
+        rotary_base=arch.rotary_base,
+        rotary_scaling_factor=arch.rope_scaling_factor if yarn else 1.0,
+        original_max_position_embeddings=(
+            arch.rope_scaling_original_max_position_embeddings or arch.max_position_embeddings
+        ),
+        beta_fast=arch.beta_fast,
+        beta_slow=arch.beta_slow,
+        mscale=arch.rope_scaling_mscale,
+        mscale_all_dim=arch.rope_scaling_mscale_all_dim if yarn else 0.0,
+    )
 
 
 def layer_spec(
@@ -175,28 +215,42 @@ def layer_spec(
     Under sequence parallelism the local spec's torch norms are swapped for
     `SequenceParallelTorchNorm` (megatron's own refuses SP), in every layer of this rank's
     chunk and in the block's final norm. MindSpeed's `noop_layers` (global indices) become
-    identity layers without weights in this chunk's list of layer specs.
+    identity layers without weights in this chunk's list of layer specs; a MoE model's dense
+    layers (`moe_layer_freq` as a list: DeepSeek-V3's first ones) get the dense layer spec.
     """
-    from megatron.core.models.gpt import gpt_layer_specs as specs
-
     if use_te is None:
         use_te = te_available()
-    moe = {"num_experts": config.num_moe_experts, "moe_grouped_gemm": False}
+    layer, final_norm = _one_layer_spec(config, use_te, lora, config.num_moe_experts)
+    dense = None
+    freq = config.moe_layer_freq
+    if config.num_moe_experts and isinstance(freq, list) and not all(freq):
+        dense, _ = _one_layer_spec(config, use_te, lora, None)
+    return with_noop_layers(layer, final_norm, config, vp_stage, noop_layers, dense)
+
+
+def _one_layer_spec(
+    config: TransformerConfig, use_te: bool, lora: LoRAConfig | None, num_experts: int | None
+) -> tuple[Any, Any]:
+    """One layer's spec (MoE with `num_experts`, else dense) and the block's final norm
+    (None: megatron's default for a plain spec)."""
+    from megatron.core.models.gpt import gpt_layer_specs as specs
+
+    mla = bool(getattr(config, "multi_latent_attention", False))
+    moe = {"num_experts": num_experts, "moe_grouped_gemm": False}
     if use_te:
         spec = specs.get_gpt_layer_with_transformer_engine_spec(
-            qk_layernorm=config.qk_layernorm, **moe
+            qk_layernorm=config.qk_layernorm, multi_latent_attention=mla, **moe
         )
         if lora is not None:
             raise ValueError(
                 "LoRA with Transformer Engine's fused norm + linear layers is not built "
                 "(mindrl's adapters wrap megatron's local linear layers)"
             )
-        return with_noop_layers(spec, None, config, vp_stage, noop_layers)
+        return spec, None
     fn = specs.get_gpt_layer_local_spec
     if "normalization" in inspect.signature(fn).parameters:
-        spec = fn(qk_layernorm=config.qk_layernorm, normalization=config.normalization, **moe)
-    else:
-        spec = fn(qk_layernorm=config.qk_layernorm, **moe)
+        moe["normalization"] = config.normalization
+    spec = fn(qk_layernorm=config.qk_layernorm, multi_latent_attention=mla, **moe)
     from mindrl.models.packed_attention import with_segmented_attention
 
     spec = with_segmented_attention(spec)  # packed micro-batches (use_remove_padding)
@@ -205,7 +259,7 @@ def layer_spec(
 
         spec = lora_layer_spec(spec, lora)
     if not config.sequence_parallel:
-        return with_noop_layers(spec, None, config, vp_stage, noop_layers)
+        return spec, None
     from mindrl.accelerator.megatron_shims import SequenceParallelTorchNorm
 
     layer = dataclasses.replace(
@@ -216,7 +270,7 @@ def layer_spec(
             pre_mlp_layernorm=SequenceParallelTorchNorm,
         ),
     )
-    return with_noop_layers(layer, SequenceParallelTorchNorm, config, vp_stage, noop_layers)
+    return layer, SequenceParallelTorchNorm
 
 
 def with_noop_layers(
@@ -225,10 +279,12 @@ def with_noop_layers(
     config: TransformerConfig,
     vp_stage: int | None,
     noop_layers: Sequence[int],
+    dense_layer: Any = None,
 ) -> Any:
-    """`layer` for every layer of this chunk, an identity layer at each noop index; as
-    megatron's block spec when a layer or the final norm differs from the plain spec."""
-    if final_norm is None and not noop_layers:
+    """`layer` for every layer of this chunk, an identity layer at each noop index and
+    `dense_layer` at each dense index of `config.moe_layer_freq`; as megatron's block spec when
+    a layer or the final norm differs from the plain spec."""
+    if final_norm is None and not noop_layers and dense_layer is None:
         return layer
     from megatron.core.transformer.spec_utils import ModuleSpec
     from megatron.core.transformer.transformer_block import (
@@ -243,7 +299,17 @@ def with_noop_layers(
     offset = get_transformer_layer_offset(config, vp_stage=vp_stage)
     noop = set(noop_layers)
     identity = ModuleSpec(module=NoopTransformerLayer)
-    specs = [identity if offset + i in noop else layer for i in range(count)]
+    freq = config.moe_layer_freq
+    pattern = freq if isinstance(freq, list) else None
+
+    def spec_of(index: int) -> Any:
+        if index in noop:
+            return identity
+        if dense_layer is not None and pattern is not None and not pattern[index]:
+            return dense_layer
+        return layer
+
+    specs = [spec_of(offset + i) for i in range(count)]
     if final_norm is None:
         from megatron.core.transformer.transformer_block import LayerNormImpl
 
@@ -278,6 +344,10 @@ def build_gpt_model(
 
     acc = get_accelerator()
     acc.apply_megatron_shims()
+    if arch.multi_latent_attention and not te_available():
+        from mindrl.accelerator.megatron_shims import mla_without_transformer_engine
+
+        mla_without_transformer_engine()
     tp = ps.get_tensor_model_parallel_world_size()
     pp = ps.get_pipeline_model_parallel_world_size()
     ep = ps.get_expert_model_parallel_world_size()
@@ -316,14 +386,14 @@ def build_gpt_model(
         rotary_percent=1.0,
         rotary_base=arch.rotary_base,
     )
-    if arch.rope_scaling_type is not None:
+    if arch.rope_scaling_type == "llama3":
         kwargs.update(rope_scaling=True, rope_scaling_factor=arch.rope_scaling_factor)
     if vp_stage is not None:
         kwargs["vp_stage"] = vp_stage
     device_ctx = torch.device("meta") if meta_device else contextlib.nullcontext()
     with device_ctx, tensor_cuda_is_identity(acc.is_cpu and pp > 1 and not meta_device):
         model = GPTModel(**kwargs)
-    if arch.rope_scaling_type is not None:
+    if arch.rope_scaling_type == "llama3":
         _apply_llama3_rope_scaling(model, arch)
     if acc.is_cpu and not meta_device:
         use_row_grad_embedding(model)

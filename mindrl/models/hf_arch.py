@@ -59,9 +59,10 @@ def _config_source(src: object) -> str:
     return "HF config"
 
 
-def _rope(cfg: Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
-    """rope_theta and the llama3 scaling fields of `ModelArchConfig`, from transformers >= 5
-    (`rope_parameters`) or older configs (`rope_theta` + `rope_scaling`)."""
+def _rope(cfg: Mapping[str, Any], yarn_built: bool = False) -> tuple[float, dict[str, Any]]:
+    """rope_theta and the RoPE scaling fields of `ModelArchConfig` (llama3; yarn for a family
+    with multi-latent attention), from transformers >= 5 (`rope_parameters`) or older configs
+    (`rope_theta` + `rope_scaling`)."""
     params = cfg.get("rope_parameters")
     scaling = cfg.get("rope_scaling")
     rope = dict(params) if isinstance(params, Mapping) else {}
@@ -72,10 +73,13 @@ def _rope(cfg: Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
     if rope_type in (None, "default"):
         return theta, {}
     key = "rope_parameters" if isinstance(params, Mapping) else "rope_scaling"
+    if rope_type == "yarn" and yarn_built:
+        return theta, _yarn_fields(rope, key)
     if rope_type != "llama3":
         raise ConversionError(
             f"HF config {key}.rope_type={rope_type!r} is not supported (mindrl builds plain "
-            "RoPE and llama3 scaling; yarn / linear / dynamic / longrope: not built yet)"
+            "RoPE, llama3 scaling and DeepSeek's yarn; linear / dynamic / longrope and yarn "
+            "without multi-latent attention: not built yet)"
         )
     missing = [k for k in LLAMA3_HF_KEYS if rope.get(k) is None]
     if missing:
@@ -86,6 +90,37 @@ def _rope(cfg: Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
         "low_freq_factor": float(rope["low_freq_factor"]),
         "high_freq_factor": float(rope["high_freq_factor"]),
         "original_max_position_embeddings": int(rope["original_max_position_embeddings"]),
+    }
+
+
+def _yarn_fields(rope: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """`ModelArchConfig`'s yarn fields; refuses the yarn variants megatron-core's
+    YarnRotaryEmbedding computes differently from HF."""
+    for needed in ("factor", "original_max_position_embeddings"):
+        if rope.get(needed) is None:
+            raise ConversionError(f"HF config {key} (yarn) has no {needed!r}")
+    if rope.get("attention_factor") is not None or rope.get("truncate") is False:
+        raise ConversionError(
+            f"HF config {key} (yarn) sets attention_factor or truncate=false: megatron-core's "
+            "yarn derives the attention factor from mscale / mscale_all_dim and truncates"
+        )
+    mscale, all_dim = rope.get("mscale"), rope.get("mscale_all_dim")
+    if not (mscale and all_dim) and not (not all_dim and mscale in (None, 1, 1.0)):
+        raise ConversionError(
+            f"HF config {key} (yarn) mscale={mscale}, mscale_all_dim={all_dim}: HF and "
+            "megatron-core scale the rotary embedding alike only with both set, or "
+            "mscale_all_dim unset and mscale 1"
+        )
+    return {
+        "rope_scaling_type": "yarn",
+        "rope_scaling_factor": float(rope["factor"]),
+        "beta_fast": float(rope.get("beta_fast") or 32),
+        "beta_slow": float(rope.get("beta_slow") or 1),
+        "rope_scaling_mscale": float(mscale or 1.0),
+        "rope_scaling_mscale_all_dim": float(all_dim or 0.0),
+        "rope_scaling_original_max_position_embeddings": int(
+            rope["original_max_position_embeddings"]
+        ),
     }
 
 
@@ -146,7 +181,7 @@ def arch_from_hf_config(
     hidden = int(_require(cfg, "hidden_size"))
     kv_heads = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or hidden // heads)
-    rotary_base, rope_scaling = _rope(cfg)
+    rotary_base, rope_scaling = _rope(cfg, yarn_built=spec.features.mla)
     try:
         family_fields = spec.arch_fields_from_hf(cfg)
     except FamilyConfigError as exc:

@@ -1,4 +1,5 @@
-"""Qwen3-MoE's routed experts as megatron-core's MoE layer: the TransformerConfig fields.
+"""The routed experts of Qwen3-MoE, Qwen2-MoE and DeepSeek-V3 as megatron-core's MoE layer: the
+TransformerConfig fields.
 
 Routing: Qwen3-MoE takes the softmax over all experts, keeps the top k and, with
 `norm_topk_prob`, renormalises them to sum to 1, which equals megatron's softmax over the top-k
@@ -7,6 +8,12 @@ logits (`moe_router_pre_softmax=False`); without it, megatron's top-k of the ful
 `moe_grouped_gemm=False`: no grouped-GEMM kernel on CPU), each split over TP inside its expert
 parallel rank; tokens travel between EP ranks by the alltoall dispatcher (gloo on CPU has
 `all_to_all_single`).
+
+DeepSeek-V3 routes by sigmoid scores plus a per-expert bias (the bias only picks the experts),
+optionally within the best groups of experts, and scales the renormalised probabilities;
+Qwen2-MoE and DeepSeek-V3 add a shared expert (`moe_shared_expert_intermediate_size`;
+Qwen2-MoE's with a sigmoid gate); DeepSeek's first layers are dense (`moe_layer_freq` as a
+per-layer list).
 """
 
 from __future__ import annotations
@@ -38,7 +45,15 @@ def moe_transformer_kwargs(arch: ModelArchConfig, expert_parallel_size: int) -> 
         moe_ffn_hidden_size=arch.expert_ffn_hidden_size,
         moe_router_topk=arch.moe_router_topk,
         moe_router_pre_softmax=not arch.norm_topk_prob,
-        moe_router_score_function="softmax",
+        moe_router_score_function=arch.moe_router_score_function,
+        moe_router_enable_expert_bias=arch.moe_router_enable_expert_bias,
+        moe_router_num_groups=arch.moe_router_num_groups,
+        moe_router_group_topk=arch.moe_router_group_topk,
+        moe_router_topk_scaling_factor=arch.moe_router_topk_scaling_factor,
+        moe_shared_expert_intermediate_size=arch.shared_expert_ffn_hidden_size,
+        moe_shared_expert_gate=arch.shared_expert_gate,
+        moe_shared_expert_overlap=False,
+        moe_layer_freq=[int(moe) for moe in arch.moe_layer_pattern],
         moe_router_load_balancing_type=balance,
         moe_aux_loss_coeff=arch.moe_aux_loss_coeff if balance != "none" else 0.0,
         moe_z_loss_coeff=arch.moe_z_loss_coeff,

@@ -36,7 +36,17 @@ from mindrl.models.shared_prefix import SharedPrefixParams
 
 
 class SegmentedDotProductAttention(DotProductAttention):
-    """megatron's core attention, plus the `thd` packed layout (causal per segment)."""
+    """megatron's core attention, plus the `thd` packed layout (causal per segment).
+
+    Multi-latent attention hands its key and value head widths (`k_channels`, `v_channels`:
+    they differ); megatron's own local attention does not take them, so MLA runs the fused
+    and packed paths here only, which read the widths off the tensors."""
+
+    def __init__(
+        self, *args: Any, k_channels: int | None = None, v_channels: int | None = None, **kw: Any
+    ) -> None:
+        super().__init__(*args, **kw)
+        self.mla_widths = (k_channels, v_channels) if k_channels is not None else None
 
     def forward(
         self,
@@ -72,6 +82,12 @@ class SegmentedDotProductAttention(DotProductAttention):
         if packed_seq_params is None:
             if self._fused_ok(attention_mask, attention_bias):
                 return self._fused_padded(query, key, value, attention_mask)
+            if self.mla_widths is not None:
+                raise ValueError(
+                    "multi-latent attention with an attention bias, a non-boolean mask, "
+                    "query-key layer scaling or attention dropout: not built for megatron's "
+                    "local attention"
+                )
             return super().forward(
                 query,
                 key,

@@ -90,9 +90,20 @@ class EngineMemory:
         return int(self.kv_cache // self.kv_bytes_per_token) if self.kv_bytes_per_token else 0
 
 
-def kv_bytes_per_token(arch: ModelArchConfig, dtype_bytes: int, infer_tp: int) -> int:
+def kv_bytes_per_token(
+    arch: ModelArchConfig, dtype_bytes: int, infer_tp: int, engine: str = "vllm"
+) -> int:
     """K and V of one token in every layer, on one engine rank (vLLM replicates kv heads when
-    infer TP exceeds them)."""
+    infer TP exceeds them). Multi-latent attention: vLLM caches the compressed latent and the
+    shared RoPE key (kv_lora_rank + qk_pos_emb_head_dim per layer, whole on every TP rank);
+    HF's DeepSeek caches every head's full key and value."""
+    if arch.multi_latent_attention:
+        rope, nope = arch.qk_pos_emb_head_dim or 0, arch.qk_head_dim or 0
+        if engine == "hf":
+            per_layer = arch.num_attention_heads * (nope + rope + (arch.v_head_dim or 0))
+        else:
+            per_layer = (arch.kv_lora_rank or 0) + rope
+        return arch.num_layers * per_layer * dtype_bytes
     kv_heads = max(1, arch.num_kv_heads // infer_tp)
     return 2 * arch.num_layers * kv_heads * arch.head_dim * dtype_bytes
 
@@ -175,7 +186,7 @@ def engine_memory(run: RunConfig, backend: str, device: DeviceMemory) -> EngineM
     kind = choice.backend
     dtype = DTYPE_BYTES.get(gen.dtype, DTYPE_BYTES[run.actor.precision.params_dtype])
     tp = 1 if kind == "hf" else gen.infer_tensor_parallel_size
-    per_token = kv_bytes_per_token(arch, dtype, tp)
+    per_token = kv_bytes_per_token(arch, dtype, tp, kind)
     weights = model_params(arch) * dtype / tp
     if kind == "hf":
         logits = gen.max_num_seqs * arch.vocab_size * 4  # one decode step's fp32 logits

@@ -158,7 +158,13 @@ def stage_elements(run: RunConfig, shape: RoleShape, stage: int) -> tuple[int, i
     """(held, trained) parameters of one rank of a trained role's pipeline stage: with LoRA
     the actor holds base + adapters and trains (grads, optimizer state) the adapters only."""
     base = stage_params(
-        shape.arch, shape.tp, shape.pp, stage, shape.ep, shape.layers_on_stage(stage)
+        shape.arch,
+        shape.tp,
+        shape.pp,
+        stage,
+        shape.ep,
+        shape.layers_on_stage(stage),
+        shape.first_layer_of_stage(stage),
     )
     if shape.role != "actor" or not run.actor.lora.enabled:
         return base.total, base.total
@@ -229,7 +235,13 @@ def forward_ranks(
     out = []
     for stage in range(shape.pp):
         n = stage_params(
-            shape.arch, shape.tp, shape.pp, stage, shape.ep, shape.layers_on_stage(stage)
+            shape.arch,
+            shape.tp,
+            shape.pp,
+            stage,
+            shape.ep,
+            shape.layers_on_stage(stage),
+            shape.first_layer_of_stage(stage),
         ).total
         params: Parts = (("params", n * dtype),)
         parts = [*params, ("activations", forward_activations(shape, seq)), ("masks", masks)]

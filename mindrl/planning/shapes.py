@@ -118,6 +118,11 @@ class RoleShape:
             return self.stage_layers[stage]
         return self.arch.num_layers // self.pp
 
+    def first_layer_of_stage(self, stage: int) -> int:
+        """The global index of stage `stage`'s first layer with weights (which of a MoE
+        model's layers are dense decides their size)."""
+        return sum(self.layers_on_stage(s) for s in range(stage))
+
     @property
     def layers_per_stage(self) -> int:
         """The largest stage's layers: the stage whose activations decide the peak."""

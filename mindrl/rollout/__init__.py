@@ -105,14 +105,16 @@ def model_rollout_backend(
 
 
 def is_moe_checkpoint(model_dir: str | Path) -> bool:
-    """Whether the HF folder's config.json describes a mixture-of-experts model."""
+    """Whether the HF folder's config.json describes a mixture-of-experts model (Qwen-MoE's
+    `num_experts`, Mixtral's `num_local_experts`, DeepSeek's `n_routed_experts`)."""
     import json
 
     try:
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
     except (OSError, ValueError):
         return False
-    return bool(isinstance(cfg, dict) and (cfg.get("num_experts") or cfg.get("num_local_experts")))
+    keys = ("num_experts", "num_local_experts", "n_routed_experts")
+    return isinstance(cfg, dict) and any(cfg.get(k) for k in keys)
 
 
 def build_rollout_engine(

@@ -156,15 +156,38 @@ def coordinate_on_one_thread() -> None:
     torch.set_num_threads(1)
 
 
+# Refused keys a dry run still plans around (a real run refuses them): the rest of the config
+# has a plan worth showing (MindSpeed-RL's MoE configs ask for expert-parallel rollout).
+PLANNED_AROUND = (
+    "generate_config.enable_expert_parallel",
+    "generate_config.infer_expert_parallel_size",
+)
+
+
+def load_for_entry(args: Any, overrides: list[str]) -> tuple[RunConfig, dict[str, Any], list[str]]:
+    """The run config, its raw dict, and the refusals of `PLANNED_AROUND` keys a dry run
+    planned without (those keys dropped; the dry run still ends with them as errors)."""
+    load = dict(config_dir=args.config_path, local_paths=not args.dry_run)
+    try:
+        run, raw = load_run_config(args.config_name, overrides, **load)
+        return run, raw, []
+    except ConfigError as exc:
+        keys = [k for k in PLANNED_AROUND if any(p.startswith(f"{k}:") for p in exc.problems)]
+        if not args.dry_run or not keys or len(keys) != len(exc.problems):
+            raise
+        run, raw = load_run_config(args.config_name, [*overrides, *(f"~{k}" for k in keys)], **load)
+        note = "; the dry run above planned the run without it (every rollout engine holds every expert)"
+        return run, raw, [f"{p}{note}" for p in exc.problems]
+
+
 def main(argv: list[str] | None = None, *, stage: str | None = None) -> int:
     """`stage`: the one stage this command runs (cli/train_dapo.py: ray_dapo); None: the
     config's (cli/train_grpo.py runs ray_grpo and ray_dapo configs alike)."""
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     warnings: list[str] = []
+    deferred: list[str] = []
     try:
-        run, raw = load_run_config(
-            args.config_name, overrides, config_dir=args.config_path, local_paths=not args.dry_run
-        )
+        run, raw, deferred = load_for_entry(args, overrides)
         if (stage is not None or run.offline) and run.actor.data.stage != stage:
             raise ConfigError(
                 [
@@ -218,6 +241,7 @@ def main(argv: list[str] | None = None, *, stage: str | None = None) -> int:
         problems.extend(fit)
         if not fit:  # a memory plan for devices the run does not get is moot
             problems.extend(memory.problems)
+        problems.extend(deferred)  # the refusals a dry run planned around
         if problems:
             raise ConfigError(problems)
         if not args.dry_run:  # before anything in this process imports megatron

@@ -119,14 +119,14 @@ def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_unbuilt_family_is_refused_by_name(tiny_model_dir, tmp_path):
-    src = Path(shutil.copytree(tiny_model_dir, tmp_path / "qwen2_moe"))
+    src = Path(shutil.copytree(tiny_model_dir, tmp_path / "mixtral"))
     config = json.loads((src / "config.json").read_text())
-    config.update(model_type="qwen2_moe", architectures=["Qwen2MoeForCausalLM"])
+    config.update(model_type="mixtral", architectures=["MixtralForCausalLM"])
     (src / "config.json").write_text(json.dumps(config))
     out = tmp_path / "out"
     flags = ("--load-dir", src, "--save-dir", out, "--model-type-hf", "llama2")
     line = _one_error_line(_convert(*HF_TO_MG, *flags))
-    assert "model family qwen2_moe (mixture of experts) is not supported" in line
+    assert "model family mixtral (mixture of experts) is not supported" in line
     assert not out.exists()
 
 

@@ -46,6 +46,8 @@ def _random_hf(arch: ModelArchConfig, seed: int = 0) -> dict[str, torch.Tensor]:
 
 def test_every_hf_and_mcore_name_appears_once_per_table():
     for family, table in TABLES.items():
+        if family not in ("llama", "qwen2", "qwen3", "qwen3_moe"):
+            continue  # the MoE families with shared experts / MLA: test_moe_family_tables
         moe = {"num_experts": 4, "moe_ffn_hidden_size": 8} if family == "qwen3_moe" else {}
         arch = _arch(
             model_type_hf=family,

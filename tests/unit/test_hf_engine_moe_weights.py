@@ -37,3 +37,24 @@ def test_per_expert_tensors_fill_the_fused_experts():
         engine.update_weights(
             [("model.layers.0.mlp.experts.1.down_proj.weight", torch.ones(64, 128))]
         )
+
+
+@pytest.mark.parametrize("family", ["deepseek_v3", "qwen2_moe"])
+def test_deepseek_and_qwen2_moe_weights_stream_into_the_hf_engine(family, tmp_path):
+    """The HF engine is these families' rollout on CPU (the vLLM MoE sync is not built): the
+    checkpoint's tensors (shared experts, Qwen2-MoE's gate, DeepSeek's MLA latents, dense first
+    layer and expert-bias buffer) restore a zeroed model bit for bit."""
+    from tests.integration.tiny_moe_families import build_tiny_hf
+
+    src = build_tiny_hf(tmp_path / family, family)
+    assert is_moe_checkpoint(src)
+    engine = HFRolloutEngine(src, device="cpu")
+    before = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    with torch.no_grad():
+        for tensor in engine.model.state_dict().values():
+            tensor.zero_()
+    tensors = load_file(str(src / "model.safetensors"))
+    engine.update_weights(tensors.items())
+    after = engine.model.state_dict()
+    for name, value in before.items():
+        assert torch.equal(after[name], value), name

@@ -506,8 +506,8 @@ REFUSED = [
     ("megatron_training.stage=ray_online_dpo", "online DPO (stage ray_online_dpo): not built"),
     ("megatron_training.optimizer=sgd", "only the Adam optimizer is built"),
     ("megatron_training.split='90,10,0'", "train / valid / test split"),
-    ("actor_config.rope_scaling_type=yarn", "RoPE scaling"),
-    ("actor_config.q_lora_rank=512", "MLA (DeepSeek-V3"),
+    ("actor_config.rope_scaling_type=yarn", "yarn is built with multi_latent_attention"),
+    ("actor_config.q_lora_rank=512", "set without multi_latent_attention: true"),
 ]
 
 
@@ -548,9 +548,6 @@ def test_refusals_of_model_keys_name_their_feature():
         "max_position_embeddings": 64,
     }
     cases = {
-        "n_shared_experts": (2, "shared experts (Qwen2-MoE, DeepSeek-V3): not built yet"),
-        "moe_router_score_function": ("sigmoid", "sigmoid routing (DeepSeek-V3)"),
-        "multi_latent_attention": (True, "MLA (DeepSeek-V3"),
         "normalization": ("LayerNorm", "only RMSNorm is built"),
         "position_embedding_type": ("learned_absolute", "only rotary position embeddings"),
         "use_mcore_models": (False, "legacy (non-mcore) models"),
@@ -983,17 +980,7 @@ def test_every_mindspeed_rl_key_is_a_mindrl_key():
     assert not missing
 
 
-# MoE keys whose MindSpeed-RL default build.py's model-family check (model_family._is_on)
-# takes for "MoE on": a YAML spelling them out at their defaults is refused as an MoE model.
-FAMILY_CHECK_REFUSES_AT_DEFAULT = (
-    "moe_router_topk",
-    "moe_router_load_balancing_type",
-    "moe_router_score_function",
-    "moe_aux_loss_coeff",
-)
-
-
-def _every_key_config(skip: tuple[str, ...] = FAMILY_CHECK_REFUSES_AT_DEFAULT) -> dict:
+def _every_key_config(skip: tuple[str, ...] = ()) -> dict:
     """The shipped MindSpeed-RL-style config plus every other MindSpeed-RL key at its default."""
     raw = compose_raw(BASE)
     # a key the model file or a role section sets keeps its value (megatron_training would
@@ -1019,11 +1006,6 @@ def _every_key_config(skip: tuple[str, ...] = FAMILY_CHECK_REFUSES_AT_DEFAULT) -
     return raw
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="model_family._is_on takes MindSpeed-RL's MoE defaults for 'MoE on' (reported); "
-    "when this passes, drop FAMILY_CHECK_REFUSES_AT_DEFAULT",
-)
 def test_mindspeed_moe_defaults_spelled_out_are_not_an_moe_model():
     build_run_config(_every_key_config(skip=()), BASE)
 

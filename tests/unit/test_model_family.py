@@ -109,8 +109,6 @@ def test_plain_yaml_defaults_to_llama():
     ("section", "family", "needle"),
     [
         ({**QWEN3_30B_A3B, "qk_layernorm": False}, "moe", "model family moe (mixture of experts)"),
-        (DEEPSEEK_V3, "deepseek_v3", "model family deepseek_v3 (multi-latent attention"),
-        ({**QWEN25_7B, "num_experts": 60}, "qwen2_moe", "model family qwen2_moe"),
         ({**DENSE, "mm_model": "qwen2vl.json"}, "multimodal", "multimodal (vision encoder)"),
         (
             {**DENSE, "spec": ["x.qwen3_spec", "layer_spec"]},
@@ -174,8 +172,8 @@ def test_config_json_without_model_type_uses_architectures(tmp_path):
 @pytest.mark.parametrize(
     ("config", "needle"),
     [
-        ({"model_type": "qwen2_moe"}, "model family qwen2_moe (mixture of experts"),
-        ({"model_type": "deepseek_v3"}, "model family deepseek_v3 (multi-latent attention"),
+        ({"model_type": "mixtral"}, "model family mixtral (mixture of experts"),
+        ({"model_type": "deepseek_v2"}, "model family deepseek_v2 (multi-latent attention"),
         (
             {"model_type": "qwen2_5_vl", "vision_config": {}},
             "model family qwen2_5_vl (multimodal: vision encoder)",
@@ -312,5 +310,16 @@ def test_a_layer_spec_of_another_family_or_an_unknown_one_is_refused_by_name(tmp
     d = infer_family({**DENSE, "spec": unknown})
     assert not d.supported and "spec: mindspeed_llm.tasks.models.spec.minicpm_spec" in _one_line(d)
     assert "qwen3_spec" in _one_line(d)  # names the ones mindrl knows
-    d = infer_family(DEEPSEEK_V3)  # deepseek_spec: DeepSeek-V3, refused with its reason
-    assert d.family == "deepseek_v3" and "multi-latent attention" in _one_line(d)
+    d = infer_family(DEEPSEEK_V3)  # deepseek_spec + multi_latent_attention: DeepSeek-V3, built
+    assert d.supported and d.family == "deepseek_v3" and "spec" in d.consumed_keys
+
+
+@pytest.mark.parametrize(
+    ("section", "family"),
+    [(DEEPSEEK_V3, "deepseek_v3"), ({**QWEN25_7B, "num_experts": 60}, "qwen2_moe")],
+)
+def test_deepseek_and_qwen2_moe_yamls_are_built(section, family):
+    """MLA (or deepseek_spec) marks DeepSeek-V3; MoE keys with q/k/v biases mark Qwen2-MoE."""
+    d = infer_family(section)
+    assert d.supported and d.family == family and d.model_type_hf == family
+    assert d.arch_section(section)["model_type_hf"] == family

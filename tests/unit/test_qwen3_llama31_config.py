@@ -160,8 +160,9 @@ def test_mindspeed_llama3_rope_keys_are_honoured():
         (LLAMA3_KEYS[1:2], "rope_scaling_factor: set without rope_scaling_type"),
         (LLAMA3_KEYS[:3] + ["++actor_config.high_freq_factor=1.0"] + LLAMA3_KEYS[4:],
          "high_freq_factor: 1.0 must exceed low_freq_factor"),
-        (["++actor_config.rope_scaling_type=yarn"], "RoPE scaling other than llama3"),
-        (["++actor_config.beta_fast=16"], "YaRN RoPE scaling: not built yet"),
+        (["++actor_config.rope_scaling_type=yarn"], "yarn is built with multi_latent_attention"),
+        (["++actor_config.rope_scaling_type=linear"], "RoPE scaling other than llama3 and yarn"),
+        (["++actor_config.beta_fast=16"], "beta_fast: set without rope_scaling_type: yarn"),
     ],
 )  # fmt: skip
 def test_incomplete_or_unbuilt_rope_scaling_is_refused(overrides, needle):
@@ -238,8 +239,8 @@ def test_llama31_hf_config_round_trips_its_rope_scaling():
         ({**QWEN3_HF, "attention_bias": True}, "attention_bias=true"),
         ({**QWEN3_HF, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "'yarn'"),
         ({**LLAMA31_HF, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "low_freq_factor"),
-        ({**QWEN3_HF, "model_type": "qwen2_moe"}, "qwen2_moe"),
-        ({**QWEN3_HF, "model_type": "deepseek_v3"}, "multi-latent attention"),
+        ({**QWEN3_HF, "model_type": "mixtral"}, "mixtral"),
+        ({**QWEN3_HF, "model_type": "deepseek_v2"}, "multi-latent attention"),
     ],
 )
 def test_what_is_not_built_is_refused_by_name(config, needle):

@@ -53,8 +53,6 @@ GROUP_TITLES: dict[str, str] = {
     "MemoryConfig": "Memory features (recompute, swap)",
     "MegatronLoopConfig": "megatron's training-loop switches",
     "MoEConfig": "Mixture of experts",
-    "MLAConfig": "Multi-latent attention",
-    "RopeScalingConfig": "RoPE scaling",
     "LoRAConfig": "LoRA",
     "LayerVariantConfig": "Layer variants",
     "AlgorithmConfig": "Algorithm: advantages, losses, KL",
