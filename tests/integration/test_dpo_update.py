@@ -55,3 +55,22 @@ def test_packed_pairs_give_the_padded_losses(fresh_process):
     for a, b in zip(padded, packed, strict=True):
         for name in (*TRL_NAMES, "dpo/loss"):
             assert b[name] == pytest.approx(a[name], rel=1e-4, abs=1e-5), name
+
+
+def test_pp2_takes_the_same_steps_as_one_stage(fresh_process):
+    """The pairs go through megatron's pipeline schedule: two stages, the same DPO steps."""
+    base = {"steps": 2, "batch": 8}
+    (one,) = fresh_process.ranks(
+        SCRIPT, {**base, "overrides": []}, world_size=1, timeout_s=TIMEOUT_S
+    )
+    staged = fresh_process.ranks(
+        SCRIPT,
+        {**base, "overrides": ["megatron_training.pipeline_model_parallel_size=2"]},
+        world_size=2,
+        timeout_s=TIMEOUT_S,
+    )
+    last_stage = staged[-1]["metrics"]
+    for expected, got in zip(one["metrics"], last_stage):
+        for name in (*TRL_NAMES, "dpo/loss"):
+            assert got[name] == pytest.approx(expected[name], rel=1e-4, abs=1e-5), name
+        assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-4)
