@@ -5,7 +5,8 @@ step-2 checkpoint is tracked, the second node's raylet is SIGKILLed: the run mus
 bound made of the head's health-check settings, the driver's node poll (`POLL_S`) and its
 bounded teardown, with one error naming the node and the role ranks it held. A resume from the
 last checkpoint on a healthy (embedded) cluster then logs the same metrics as an uninterrupted
-run of the same steps.
+run of the same steps. A second test kills the node of a role that is idle while the other
+node's call runs: the wait names the loss from Ray's verdict (polled once per `POLL_S`).
 """
 
 from __future__ import annotations
@@ -237,3 +238,66 @@ def test_a_lost_node_ends_the_run_named_and_a_resume_continues_exactly(two_nodes
     again = read_metrics(resumed)
     assert [m["step"] for m in again] == [last + 1, last + 2]
     assert [comparable(m) for m in again] == [comparable(m) for m in read_metrics(straight)[last:]]
+
+
+# A driver whose only call in flight runs on the head while the other node dies: the loss is
+# noticed from Ray's verdict (polled by the wait), not from a failed call.
+IDLE_ROLE_DRIVER = """
+import sys, time
+import ray
+from ray.util.placement_group import placement_group, placement_group_table
+from mindrl.cluster.errors import NodeLost
+from mindrl.cluster.worker import Worker
+from mindrl.cluster.worker_group import WorkerGroup
+
+class Sleeper(Worker):
+    def sleep(self, seconds):
+        time.sleep(seconds)
+
+ray.init(address=sys.argv[1])
+ip_of = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+pgs = [placement_group([{"CPU": 1}], strategy="STRICT_PACK") for _ in range(2)]
+assert all(pg.wait(120) for pg in pgs)
+on = {ip_of[placement_group_table(pg)["bundles_to_node_id"][0]]: pg for pg in pgs}
+idle = WorkerGroup(Sleeper, "rollout", on[sys.argv[2]], [0], master_addr="127.0.0.1")
+busy = WorkerGroup(Sleeper, "actor", on[sys.argv[3]], [0], master_addr="127.0.0.1", timeout_s=600)
+print("ready", flush=True)
+try:
+    busy.execute_all("sleep", 300)
+except NodeLost as exc:
+    print(f"lost: {exc}", flush=True)
+"""
+SCHEDULING_SLACK_S = 5.0  # the driver and GCS getting a core on a busy 2-core box
+
+
+def test_a_lost_node_holding_an_idle_role_is_noticed_by_the_wait(two_nodes, tmp_path):
+    log = tmp_path / "driver.log"
+    cmd = [sys.executable, "-c", IDLE_ROLE_DRIVER, two_nodes.address, SECOND_IP, HEAD_IP]
+    with open(log, "w") as fh:
+        driver = subprocess.Popen(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO, env=_env(), start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + START_S
+        while "ready" not in log.read_text() and time.monotonic() < deadline:
+            assert driver.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert "ready" in log.read_text(), log.read_text()[-3000:]
+        two_nodes.second_raylet().send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        bound = DETECTION_S + POLL_S + SCHEDULING_SLACK_S
+        while "lost: " not in log.read_text() and time.monotonic() - killed < bound:
+            time.sleep(0.1)
+        took = time.monotonic() - killed
+        text = log.read_text()
+        lost = [line for line in text.splitlines() if line.startswith("lost: ")]
+        assert lost, f"not named within {bound:g} s:\n{text[-3000:]}"
+        assert f"lost Ray node {SECOND_IP} (node id " in lost[0], lost
+        assert "during sleep(): it held rollout rank 0; " in lost[0], lost
+        assert "refuses connections" not in lost[0]  # Ray's verdict, no call had failed
+        print(f"\nidle role's node: named {took:.1f} s after the raylet's SIGKILL")
+        assert driver.wait(timeout=60) == 0, text[-3000:]
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
