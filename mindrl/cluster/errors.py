@@ -46,3 +46,27 @@ class WorkerTimeout(WorkerGroupError):
 
 class PlacementGroupTimeout(WorkerGroupError):
     """A placement group could not be reserved in time (the cluster lacks the resources)."""
+
+
+class NodeLost(WorkerFailure):
+    """A Ray node died (its raylet is gone) while it held workers of this run: the error names
+    the node and every role rank it held, not only the rank whose call noticed."""
+
+    def __init__(
+        self,
+        role: str,
+        rank: int,
+        node_ip: str,
+        node_id: str,
+        held: tuple[str, ...],
+        reason: str,
+        method: str | None = None,
+    ):
+        self.node_ip, self.node_id, self.held = node_ip, node_id, held
+        during = f" during {method}()" if method else ""
+        self.role, self.rank, self.reason, self.method = role, rank, reason, method
+        RuntimeError.__init__(
+            self,
+            f"lost Ray node {node_ip} (node id {node_id}){during}: it held "
+            f"{', '.join(held) or 'no worker of this run'}; {reason}",
+        )

@@ -29,11 +29,13 @@ from mindrl.cluster.calls import (
     split_evenly,
 )
 from mindrl.cluster.errors import (
+    NodeLost,
     WorkerCallError,
     WorkerFailure,
     WorkerGroupError,
     WorkerTimeout,
 )
+from mindrl.cluster.node_loss import dead_nodes, held_by, placed_nodes, register, unregister
 
 if TYPE_CHECKING:
     from ray import ObjectRef
@@ -85,10 +87,12 @@ class WorkerGroup:
         self._dp_ranks: list[int] | None = None
         self._actors: list[Any] = []
         self._killed = False
+        self.node_ids: list[str] = []  # the Ray node of each rank (a lost node is named)
 
         remote_cls: Any = worker_cls if hasattr(worker_cls, "remote") else ray.remote(worker_cls)
         self.master_addr, self.master_port = self._resolve_master(master_addr, master_port)
         local_ranks, local_sizes = self._local_ranks()
+        register(self)
         options: dict[str, Any] = {"num_cpus": num_cpus_per_worker, "max_restarts": 0}
         if num_devices_per_worker and device_resource == "GPU":
             options["num_gpus"] = num_devices_per_worker
@@ -149,7 +153,8 @@ class WorkerGroup:
         from ray.util.placement_group import placement_group_table
 
         nodes = placement_group_table(self.pg).get("bundles_to_node_id", {})
-        node_of = [nodes.get(b, nodes.get(str(b), "?")) for b in self.bundle_indices]
+        node_of = [str(nodes.get(b, nodes.get(str(b), "?"))) for b in self.bundle_indices]
+        self.node_ids = node_of
         local = [node_of[:r].count(node_of[r]) for r in range(self.world_size)]
         sizes = [node_of.count(node_of[r]) for r in range(self.world_size)]
         return local, sizes
@@ -293,7 +298,11 @@ class WorkerGroup:
         results: list[Any] = [None] * len(refs)
         pending = list(refs)
         deadline = time.monotonic() + timeout
+        next_node_check = time.monotonic() + POLL_S
         while pending:
+            if time.monotonic() >= next_node_check:
+                self._raise_if_a_node_died(meta[position[pending[0]]])
+                next_node_check = time.monotonic() + POLL_S
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 for ref in pending:  # still running: the caller may gather them again
@@ -315,11 +324,36 @@ class WorkerGroup:
             return ray.get(ref)
         except rex.RayActorError as exc:
             what = "__init__" if method == "__ray_ready__" else method
+            self._raise_if_a_node_died((rank, what), exc)
             raise WorkerFailure(self.role, rank, error_reason(exc), what) from exc
-        except rex.RayTaskError as exc:
+        except rex.RayTaskError as exc:  # raised by the method; its peer on a lost node?
+            self._raise_if_a_node_died((rank, method), exc)
             raise WorkerCallError(self.role, rank, method, str(exc)) from exc
         except rex.RayError as exc:  # worker crashed, object lost, node died
+            self._raise_if_a_node_died((rank, method), exc)
             raise WorkerFailure(self.role, rank, error_reason(exc), method) from exc
+
+    def _raise_if_a_node_died(
+        self, call: tuple[int, str], cause: BaseException | None = None
+    ) -> None:
+        """`NodeLost` naming the node and every role rank it held, when Ray reports a node of
+        this run's groups dead, or, after a failed call (`cause`), whose raylet refuses
+        connections (this group's own nodes first). An actor that dies on a live node stays a
+        `WorkerFailure`, a method that raises on one a `WorkerCallError`."""
+        own = {n for n in self.node_ids if n}
+        probe = cause is not None  # a call failed: ask the raylets too, not only Ray's verdict
+        dead = dead_nodes(own, probe) or dead_nodes(placed_nodes() - own, probe)
+        if not dead:
+            return
+        node = dead[0]
+        rank, method = call
+        reason = node.reason + (f" (the call failed: {type(cause).__name__})" if cause else "")
+        lost = NodeLost(
+            self.role, rank, node.ip, node.node_id, held_by(node.node_id), reason, method
+        )
+        if cause is not None:
+            raise lost from cause
+        raise lost
 
     def check_alive(self, timeout_s: float = 2.0) -> None:
         """Raise `WorkerFailure` if any actor is dead. A busy actor counts as alive.
@@ -344,6 +378,7 @@ class WorkerGroup:
 
         actors, self._actors = self._actors, []
         self._killed = True
+        unregister(self)
         self._calls.clear()
         for actor in actors:
             try:
