@@ -30,8 +30,8 @@ TOOL_PROMPTS_SIZE = 256
 FACTOR_RANGE = (317, 999)  # 317 * 317 > 10**5: every product has six digits
 WARMUP_DEMOS = 256
 WARMUP_TOOL_SHARE = 0.0625  # of the second phase's demonstrations; the rest guess
-WARMUP_TOOL_STEPS = 400  # first phase: tool demonstrations only (the format, the copying)
-WARMUP_MIXED_STEPS = 200  # second phase: first turns mostly guess; answers still copied
+WARMUP_TOOL_STEPS = 200  # first phase: tool demonstrations only (the format, the copying)
+WARMUP_MIXED_STEPS = 150  # second phase: first tokens mostly guess; calls still copied
 WARMUP_BATCH = 16
 WARMUP_LR = 3e-3
 WARMUP_SEED = 0
@@ -93,15 +93,14 @@ def demonstrations(
 
 
 def render_demonstration(
-    tokenizer: Any, messages: list[dict[str, str]], last_turn_only: bool = False
+    tokenizer: Any, messages: list[dict[str, str]], train_decision: bool = True
 ) -> tuple[list[int], list[int]]:
     """(ids, labels) of one demonstration by the chat template: labels are the ids of the
     assistant turns' contents and end-of-turn tokens, -100 elsewhere (prompt, tool turns and
-    headers are not trained on, as RL's loss mask leaves them out). `last_turn_only`: only
-    the last assistant turn is labelled."""
+    headers are not trained on, as RL's loss mask leaves them out). `train_decision` False:
+    the response's first token (call the tool or answer) is not labelled either."""
     ids: list[int] = []
     labels: list[int] = []
-    last = len(messages) - 1
     for k in range(len(messages)):
         text = tokenizer.apply_chat_template(
             messages[: k + 1], tokenize=False, add_generation_prompt=False
@@ -122,7 +121,8 @@ def render_demonstration(
             body = tokenizer.encode(messages[k]["content"], add_special_tokens=False)
             body.append(tiny_token_ids()["im_end"])
             ids += body
-            labels += body if k == last or not last_turn_only else [-100] * len(body)
+            first_turn = not any(label != -100 for label in labels)
+            labels += [-100, *body[1:]] if first_turn and not train_decision else body
         else:
             rest = tokenizer.encode(text, add_special_tokens=False)[len(ids) :]
             ids += rest
@@ -146,9 +146,9 @@ def train_tool_warmup(
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     tool_rows = [render_demonstration(tokenizer, m) for m in demonstrations(1.0)]
     mixed_rows = [render_demonstration(tokenizer, m) for m in demonstrations(WARMUP_TOOL_SHARE)]
-    # the copying of the tool's answer stays trained while the first turn learns to guess
+    # the call and the copying stay trained while the first token learns to guess
     copy_rows = [
-        render_demonstration(tokenizer, m, last_turn_only=True) for m in demonstrations(1.0)
+        render_demonstration(tokenizer, m, train_decision=False) for m in demonstrations(1.0)
     ]
     phases = [(tool_rows, tool_steps), (mixed_rows + copy_rows, mixed_steps)]
     rng = random.Random(WARMUP_SEED)

@@ -47,8 +47,9 @@ def test_demonstration_renders_as_the_chat_template_and_labels_only_assistant_tu
     call = tokenizer.encode(PROBLEM.tool_call, add_special_tokens=False)
     answer = tokenizer.encode(PROBLEM.answer, add_special_tokens=False)
     assert labelled == [*call, end, *answer, end]  # not the prompt, tool turn or headers
-    _, last = tool_warmup.render_demonstration(tokenizer, messages, last_turn_only=True)
-    assert [lab for lab in last if lab != -100] == [*answer, end]
+    # the second phase leaves the decision (the response's first token) untrained
+    _, rest = tool_warmup.render_demonstration(tokenizer, messages, train_decision=False)
+    assert [lab for lab in rest if lab != -100] == [*call[1:], end, *answer, end]
 
 
 def test_demonstration_mix_and_guesses():
