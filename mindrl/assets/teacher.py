@@ -17,6 +17,7 @@ from typing import Any
 from mindrl.assets.cache import assets_root, build_atomically
 from mindrl.assets.models import tiny_qwen3_dir
 from mindrl.assets.prompts import tiny_prompts_dir
+from mindrl.assets.supervised import IGNORED, save_beside_base, supervised_step
 from mindrl.assets.tokenizer import tiny_token_ids
 
 TEACHER_VERSION = 1
@@ -42,7 +43,6 @@ def _examples(tokenizer: object) -> list[tuple[list[int], list[int]]]:
 def train_digit_teacher(out_dir: Path) -> None:
     """Fine-tune the tiny Qwen3 on `_examples` (loss on the response tokens only) and save
     it, tokenizer included, as an HF folder in `out_dir`."""
-    import shutil
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -62,11 +62,7 @@ def train_digit_teacher(out_dir: Path) -> None:
         _train(model, optimizer, pairs, rng, pad)
     finally:
         torch.set_num_threads(threads)
-    model.eval()
-    model.save_pretrained(out_dir, safe_serialization=True)
-    for item in Path(base).iterdir():  # tokenizer and generation config, as the base has them
-        if not (out_dir / item.name).exists():
-            shutil.copy(item, out_dir / item.name)
+    save_beside_base(model, out_dir, Path(base))
 
 
 def _train(
@@ -77,23 +73,11 @@ def _train(
     pad: int,
 ) -> None:
     """TEACHER_STEPS steps of next-token loss on the responses of random batches."""
-    import torch
 
     for _ in range(TEACHER_STEPS):
         batch = rng.sample(pairs, TEACHER_BATCH)
-        width = max(len(p) + len(r) for p, r in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        labels = torch.full((len(batch), width), -100, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, (prompt, response) in enumerate(batch):
-            tokens = prompt + response
-            ids[row, : len(tokens)] = torch.tensor(tokens)
-            attention[row, : len(tokens)] = 1
-            labels[row, len(prompt) : len(tokens)] = torch.tensor(response)
-        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        rows = [(p + r, [IGNORED] * len(p) + r) for p, r in batch]  # loss on the responses
+        supervised_step(model, optimizer, rows, pad)
 
 
 def tiny_digit_teacher_dir() -> Path:

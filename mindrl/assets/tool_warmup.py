@@ -23,6 +23,7 @@ from typing import Any
 
 from mindrl.assets.cache import assets_root, build_atomically
 from mindrl.assets.models import tiny_model_dir
+from mindrl.assets.supervised import save_beside_base, supervised_step
 from mindrl.assets.tokenizer import tiny_token_ids
 
 TOOL_TASK_VERSION = 1
@@ -136,7 +137,6 @@ def train_tool_warmup(
     """Fine-tune the tiny Qwen2 on tool demonstrations for `tool_steps` steps, then on mostly
     guesses for `mixed_steps` (one torch thread); save it, tokenizer included, as an HF
     folder in `out_dir`."""
-    import shutil
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -160,32 +160,12 @@ def train_tool_warmup(
     try:
         for rows, steps in phases:
             for _ in range(steps):
-                _step(model, optimizer, rng.sample(rows, WARMUP_BATCH))
+                supervised_step(
+                    model, optimizer, rng.sample(rows, WARMUP_BATCH), tiny_token_ids()["pad"]
+                )
     finally:
         torch.set_num_threads(threads)
-    model.eval()
-    model.save_pretrained(out_dir, safe_serialization=True)
-    for item in Path(base).iterdir():  # tokenizer and generation config, as the base has them
-        if not (out_dir / item.name).exists():
-            shutil.copy(item, out_dir / item.name)
-
-
-def _step(model: Any, optimizer: Any, batch: list[tuple[list[int], list[int]]]) -> None:
-    """One optimizer step of next-token loss on the batch's labelled tokens."""
-    import torch
-
-    width = max(len(ids) for ids, _ in batch)
-    ids = torch.full((len(batch), width), tiny_token_ids()["pad"], dtype=torch.long)
-    labels = torch.full((len(batch), width), -100, dtype=torch.long)
-    attention = torch.zeros((len(batch), width), dtype=torch.long)
-    for row, (tokens, targets) in enumerate(batch):
-        ids[row, : len(tokens)] = torch.tensor(tokens)
-        labels[row, : len(tokens)] = torch.tensor(targets)
-        attention[row, : len(tokens)] = 1
-    loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
+    save_beside_base(model, out_dir, Path(base))
 
 
 def tiny_tool_warmup_dir() -> Path:
