@@ -76,6 +76,6 @@ setup(
         # engine adapter's load_weights path. docs/version_matrix.md has every pairing.
         "npu-torch27": ["torch==2.7.1", "torch-npu==2.7.1.*", "vllm-ascend==0.11.0"],
         # tools/bench/e2e.py runs TRL's GRPOTrainer beside mindrl (never imported by mindrl).
-        "bench": ["trl==1.16.0", "datasets>=3"],
+        "bench": ["trl==1.16.0", "datasets>=4.7"],  # trl 1.16 needs datasets>=4.7
     },
 )
