@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
+from pathlib import Path
 
 from mindrl.doctor.runner import ALL_CHECKS, SLOW_CHECKS, run_doctor
 from mindrl.doctor.settings import DoctorSettings, default_settings, settings_from_config
@@ -33,6 +35,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument(
         "--only", nargs="+", choices=ALL_CHECKS, default=(), help="run only these checks"
     )
+    p.add_argument(
+        "--save-dir",
+        default=None,
+        help="the folder the save check writes on one node and reads on the others (default: "
+        "the config's actor_config.save, else its output folder, else a temporary folder)",
+    )
     p.add_argument("--json", metavar="PATH", default=None, help="also write the report as JSON")
     args, rest = p.parse_known_args(argv)
     bad = [a for a in rest if a.startswith("-")]
@@ -44,17 +52,22 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def load_settings(
-    config_name: str | None, config_path: str | None, overrides: list[str]
+    config_name: str | None,
+    config_path: str | None,
+    overrides: list[str],
+    save_dir: str | None = None,
 ) -> DoctorSettings:
     """The settings for a config (its accelerator, as a real run would pick it) or defaults."""
     from mindrl.accelerator import get_accelerator
 
     if config_name is None:
-        return default_settings(get_accelerator())
-    from mindrl.config import load_run_config
+        settings = default_settings(get_accelerator())
+    else:
+        from mindrl.config import load_run_config
 
-    run, _ = load_run_config(config_name, overrides, config_dir=config_path, local_paths=False)
-    return settings_from_config(run, get_accelerator(run.runtime.accelerator))
+        run, _ = load_run_config(config_name, overrides, config_dir=config_path, local_paths=False)
+        settings = settings_from_config(run, get_accelerator(run.runtime.accelerator))
+    return settings if save_dir is None else replace(settings, save_dir=Path(save_dir))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,11 +77,16 @@ def main(argv: list[str] | None = None) -> int:
 
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        settings = load_settings(args.config_name, args.config_path, overrides)
+        settings = load_settings(args.config_name, args.config_path, overrides, args.save_dir)
     except (ConfigError, AcceleratorError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    report = run_doctor(settings, quick=args.quick, only=args.only)
+    report = run_doctor(
+        settings,
+        quick=args.quick,
+        only=args.only,
+        progress=lambda r: print(f"... {r.name}: {r.status}", flush=True),
+    )
     print("\n".join(report.console_lines()))
     if args.json:
         report.write_json(args.json)
