@@ -32,11 +32,6 @@ class DoctorSettings:
     device_bytes: float | None = None
     host_bytes: float | None = None
 
-    @property
-    def devices_per_worker(self) -> int:
-        """Devices a collective or a TP check may use on one node: the TP size."""
-        return self.tp
-
 
 def default_settings(accelerator: Accelerator) -> DoctorSettings:
     """Defaults: TP 2 on CPU (gloo ranks), on a device node as many as it has, up to 2."""

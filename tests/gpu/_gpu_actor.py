@@ -18,6 +18,10 @@ OVERRIDES = [
     "runtime.accelerator=cuda",
     "actor_config.bf16=true",
     "rl_config.mini_batch_size=8",  # one optimizer step per update
+    "rl_config.use_integrated_worker=true",  # the reference as a weight snapshot in the actor
+    "~ref_config",
+    "rl_config.reference_in_actor=true",
+    "rl_config.share_prompt_forward=false",  # its mask is built for CPU's local attention
     *(f"generate_config.offload_train_{part}=true" for part in ("param", "grad", "optimizer")),
 ]
 

@@ -75,6 +75,6 @@ def test_dry_run_calls_the_doctor() -> None:
     proc = run_process([*cmd, "--dry-run", "--doctor"], timeout_s=TIMEOUT_S)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "dry run: config valid" in proc.stdout and "doctor: pass" in proc.stdout
-    assert (
-        "[PASS] save_folder" in proc.stdout and "megatron" not in proc.stdout.split("doctor on")[1]
-    )
+    doctor = proc.stdout.split("mindrl doctor on")[1]
+    assert "[PASS] save_folder" in doctor and "[PASS] collectives" in doctor
+    assert "] megatron " not in doctor and "] engine " not in doctor  # --quick

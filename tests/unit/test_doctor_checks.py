@@ -131,3 +131,12 @@ def test_settings_from_a_config() -> None:
     settings = settings_from_config(run, CPU)
     assert settings.tp == 2 and str(settings.save_dir) == run.actor.ckpt.save
     assert settings.host_bytes and settings.host_bytes > 0 and settings.device_bytes is None
+
+
+def test_the_dry_runs_doctor_flag_needs_the_dry_run() -> None:
+    from mindrl.trainer.entry import parse_args
+
+    args, _ = parse_args(["--config-name", "grpo_tiny_cpu", "--dry-run", "--doctor"])
+    assert args.doctor and args.dry_run
+    with pytest.raises(SystemExit):
+        parse_args(["--config-name", "grpo_tiny_cpu", "--doctor"])
