@@ -89,11 +89,17 @@ def run_doctor(
     from mindrl.cluster.ray_cluster import start_or_connect
     from mindrl.doctor.remote import cluster_nodes
 
+    started = time.perf_counter()
     try:
         session = start_or_connect(settings.runtime, acc)
     except Exception as exc:
-        fix = "start Ray (ray start --head) or unset RAY_ADDRESS for an embedded cluster; check runtime.ray_address"
-        add(CheckResult("ray", "fail", f"no Ray cluster: {type(exc).__name__}: {exc}", fix))
+        fix = (
+            "joining: check that the cluster at RAY_ADDRESS / runtime.ray_address is up (ray "
+            "status); embedded: Ray's logs under /tmp/ray/session_latest/logs say why it did "
+            "not start (an overloaded machine times out: rerun)"
+        )
+        summary = f"no Ray cluster: {type(exc).__name__}: {exc}"
+        add(CheckResult("ray", "fail", summary, fix, seconds=time.perf_counter() - started))
         for name in wanted[1:] if wanted[0] == "ray" else wanted:
             add(CheckResult(name, "skip", "no Ray cluster"))
         return report
