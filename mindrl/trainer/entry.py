@@ -54,11 +54,31 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "Runs anywhere: it plans for the accelerator the config targets and only warns about "
         "input paths missing here",
     )
+    p.add_argument(
+        "--doctor",
+        action="store_true",
+        help="with --dry-run: then run cli/doctor.py's quick checks for this config on this "
+        "machine or the Ray cluster a real run here would join",
+    )
     args, rest = p.parse_known_args(argv)
     bad = [a for a in rest if a.startswith("-")]
     if bad:
         p.error(f"unrecognized arguments: {' '.join(bad)}")
+    if args.doctor and not args.dry_run:
+        p.error("--doctor goes with --dry-run (or run cli/doctor.py --config-name NAME)")
     return args, rest
+
+
+def doctor_after_dry_run(run: RunConfig, check: PlanCheck) -> int:
+    """The doctor's quick checks for `run` (`--dry-run --doctor`): 0 unless one fails."""
+    if check.cluster is None:
+        print(f"doctor: skipped, no {check.accelerator.name} on this machine to check")
+        return 0
+    from mindrl.doctor import run_doctor, settings_from_config
+
+    report = run_doctor(settings_from_config(run, check.accelerator), quick=True)
+    print("\n".join(report.console_lines()))
+    return 1 if report.status == "fail" else 0
 
 
 @dataclass(frozen=True)
@@ -258,7 +278,7 @@ def main(argv: list[str] | None = None, *, stage: str | None = None) -> int:
             )
         else:
             print("dry run: config valid, placement fits; nothing started")
-        return 0
+        return doctor_after_dry_run(run, check) if args.doctor else 0
     from mindrl.logs import run_logging  # console vs OUTPUT_DIR/logs (runtime.log_level)
     from mindrl.trainer import run_dpo, run_grpo
 
