@@ -134,7 +134,9 @@ class ExpertLoadTracker:
         self.recording = False
         experts = config.num_moe_experts or 0
         self.moe_layers = moe_layer_count(config.num_layers, config.moe_layer_freq)
-        self.counts = torch.zeros(config.num_layers, experts, dtype=torch.float64)
+        # on the model's device, for the collectives (fp32: exact up to 2^24 tokens per expert)
+        self.device = next(model_chunks[0].parameters()).device
+        self.counts = torch.zeros(config.num_layers, experts, device=self.device)
         self.routers: list[tuple[int, Any]] = []  # (layer row, router)
         for chunk in model_chunks:
             for module in chunk.modules():
@@ -148,7 +150,7 @@ class ExpertLoadTracker:
         """Zero the counts and read the biases before an optimizer step's passes."""
         self.counts.zero_()
         self.bias_before = {
-            row: router.expert_bias.detach().double().clone()
+            row: router.expert_bias.detach().float().clone()
             for row, router in self.routers
             if router.expert_bias is not None
         }
@@ -168,19 +170,20 @@ class ExpertLoadTracker:
         dist.all_reduce(counts, group=ps.get_data_parallel_group(with_context_parallel=True))
         if self.sequence_parallel:  # each TP rank routed its slice of the sequence
             dist.all_reduce(counts, group=ps.get_tensor_model_parallel_group())
-        out = expert_load_metrics(counts, self.prefix)
+        out = expert_load_metrics(counts.cpu().double(), self.prefix)
         # the biases: the same on every data / tensor parallel rank, each stage its own layers
         layers, experts = self.counts.shape
-        biased = torch.zeros(layers, dtype=torch.float64)
-        before = torch.zeros(layers, experts, dtype=torch.float64)
-        after = torch.zeros(layers, experts, dtype=torch.float64)
+        biased = torch.zeros(layers, device=self.device)
+        before = torch.zeros(layers, experts, device=self.device)
+        after = torch.zeros(layers, experts, device=self.device)
         for row, router in self.routers:
             if row in self.bias_before:
                 biased[row] = 1.0
                 before[row] = self.bias_before[row]
-                after[row] = router.expert_bias.detach().double()
+                after[row] = router.expert_bias.detach().float()
         stacked = torch.cat([biased[:, None], before, after], dim=1)
         dist.all_reduce(stacked, group=ps.get_pipeline_model_parallel_group())
+        stacked = stacked.cpu().double()
         rows = stacked[:, 0] > 0
         out.update(
             expert_bias_metrics(
@@ -213,9 +216,10 @@ def router_loss_metrics(n_micro: int, moe_layers: int, prefix: str = "moe/") -> 
     # the ranks that routed different tokens makes every rank report the same number (a no-op
     # for the losses megatron already reduced over them)
     group = ps.get_tensor_and_data_parallel_group(with_context_parallel=True)
-    sums = torch.tensor([float(tracker[n]["values"].sum()) for n in names], dtype=torch.float64)
+    device = tracker[names[0]]["values"].device
+    sums = torch.stack([tracker[n]["values"].sum().float() for n in names]).to(device)
     dist.all_reduce(sums, group=group)
-    sums /= dist.get_world_size(group)
+    sums = sums.cpu().double() / dist.get_world_size(group)
     clear_aux_losses_tracker()
     scale = max(moe_layers, 1) * max(n_micro, 1)
     return {f"{prefix}{ROUTER_LOSS_NAMES.get(n, n)}": float(v) / scale for n, v in zip(names, sums)}
