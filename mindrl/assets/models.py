@@ -181,7 +181,7 @@ def tiny_model_config(spec: TinyModelSpec | None = None, **variant: Any) -> Any:
 _EMBED_STD = 0.05
 
 
-def _init_weights(model, seed: int) -> None:
+def init_tiny_weights(model, seed: int) -> None:
     """Seeded init, independent of transformers' own init order.
 
     Block matrices get std 1/sqrt(fan_in), embeddings std 0.05, norm weights 1 + 0.1 noise.
@@ -261,7 +261,7 @@ def build_tiny_model(
     config = tiny_model_config(spec)
     model_cls = getattr(transformers, _family_of(spec.family)[0].hf_architecture)
     model = model_cls(config).to(torch.float32)
-    _init_weights(model, spec.seed)
+    init_tiny_weights(model, spec.seed)
     model = model.to(getattr(torch, spec.dtype))
     model.save_pretrained(out, safe_serialization=True)
     ids = tiny_token_ids()

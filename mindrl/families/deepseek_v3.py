@@ -240,6 +240,7 @@ def deepseek_fields_to_hf(arch: DeepSeekArch) -> dict[str, Any]:
         "kv_lora_rank": arch.kv_lora_rank,
         "qk_nope_head_dim": arch.qk_head_dim,
         "qk_rope_head_dim": arch.qk_pos_emb_head_dim,
+        "head_dim": arch.qk_pos_emb_head_dim,  # transformers' rotary width, not hidden / heads
         "v_head_dim": arch.v_head_dim,
         "n_routed_experts": arch.num_experts,
         "moe_intermediate_size": arch.expert_ffn_hidden_size,

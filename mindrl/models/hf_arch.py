@@ -235,7 +235,7 @@ def hf_config_from_arch(arch: ModelArchConfig, *, dtype: str = "float32") -> dic
     extra: dict[str, Any] = {"rope_scaling": rope_scaling} if rope_scaling else {}
     extra.update(spec.hf_fields_from_arch(arch))
     config_cls = getattr(transformers, spec.hf_config_class)
-    config = config_cls(
+    fields: dict[str, Any] = dict(
         vocab_size=arch.vocab_size,
         hidden_size=arch.hidden_size,
         intermediate_size=arch.ffn_hidden_size,
@@ -250,8 +250,8 @@ def hf_config_from_arch(arch: ModelArchConfig, *, dtype: str = "float32") -> dic
         attention_dropout=arch.attention_dropout,
         initializer_range=arch.init_method_std,
         torch_dtype=dtype,
-        **extra,
     )
-    out: dict[str, Any] = config.to_dict()
+    fields.update(extra)  # the family's own fields win (DeepSeek's head_dim: the RoPE width)
+    out: dict[str, Any] = config_cls(**fields).to_dict()
     out["architectures"] = [spec.hf_architecture]
     return out

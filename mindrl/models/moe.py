@@ -64,29 +64,3 @@ def moe_transformer_kwargs(arch: ModelArchConfig, expert_parallel_size: int) -> 
         moe_permute_fusion=False,
         moe_router_fusion=False,
     )
-
-
-def moe_loss_metrics(n_micro: int, prefix: str = "actor") -> dict[str, float]:
-    """The router losses megatron-core logged during this optimizer step's forwards, reduced
-    as its training loop reduces them (over PP, the router's group and DP) and averaged over
-    layers and micro-batches; the tracker is then cleared. `moe_load_balancing_loss` is the
-    balance loss without its coefficient: 1.0 when tokens spread evenly over the experts,
-    larger the more they crowd. {} for a dense model (no collective then).
-    """
-    from megatron.core.transformer.moe.moe_utils import (
-        clear_aux_losses_tracker,
-        get_moe_layer_wise_logging_tracker,
-        reduce_aux_losses_tracker_across_ranks,
-    )
-
-    tracker = get_moe_layer_wise_logging_tracker()
-    if not tracker:
-        return {}
-    names = sorted(tracker)
-    reduce_aux_losses_tracker_across_ranks(names)
-    out = {}
-    for name in names:
-        values = tracker[name]["values"]
-        out[f"{prefix}/moe_{name}"] = float(values.sum()) / (values.numel() * max(n_micro, 1))
-    clear_aux_losses_tracker()
-    return out

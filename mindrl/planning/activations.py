@@ -20,7 +20,13 @@ head_dim, KV = kv heads x head_dim, F = ffn_hidden_size, e = bytes per activatio
   kernel (`models/packed_attention.py`): the unfused path's q, k, v and context, and the
   log-sum-exp in place of the score matrix (its float mask is one tensor the layers share);
 * SwiGLU, split over TP: fc1's output (2F), silu's output, the gated product and fc2's input
-  (5 F e unfused; a fused SwiGLU keeps its input and output, 3 F e).
+  (5 F e unfused; a fused SwiGLU keeps its input and output, 3 F e). A MoE layer's F is its
+  top-k experts' plus its shared expert's width (the dense MLP's where that is wider and the
+  model has dense layers); the router's and the token dispatch's tensors are not counted;
+* multi-latent attention (DeepSeek-V3) keeps its q and kv latents (norm and up-projection
+  input, whole on every TP rank), the query / key heads at the no-RoPE plus RoPE width, the
+  value-width heads, context and output-projection input, and on CPU the probabilities
+  (`_mla_layer_bytes`).
 
 Full recompute keeps each checkpointed group's input (e h, / TP with SP) and re-runs one group
 at a time in the backward pass. The first pipeline stage of 1F1B holds min(PP, micro-batches)
@@ -50,6 +56,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from mindrl.config.model_arch import ModelArchConfig
 from mindrl.models.head_log_probs import chunk_tokens
 from mindrl.planning.shapes import RoleShape
 
@@ -81,10 +88,11 @@ def layer_bytes(shape: RoleShape, seq: int) -> LayerBytes:
     arch, e, t = shape.arch, shape.act_bytes, shape.tp
     h, heads, kv_heads = arch.hidden_size, arch.num_attention_heads, arch.num_kv_heads
     q, kv = heads * arch.head_dim, kv_heads * arch.head_dim
-    # MoE: each token passes through top-k experts of the expert ffn size
-    f = arch.expert_ffn_hidden_size * (arch.moe_router_topk if arch.is_moe else 1)
-    norm = e * h if shape.fused_norm else EAGER_NORM_BYTES * h
-    replicated = 2 * norm + 2 * e * h + (2 * h if arch.hidden_dropout > 0 else 0)
+    f = _mlp_width(arch)
+    norm_bytes = e if shape.fused_norm else EAGER_NORM_BYTES
+    replicated = 2 * norm_bytes * h + 2 * e * h + (2 * h if arch.hidden_dropout > 0 else 0)
+    if arch.multi_latent_attention:
+        return _mla_layer_bytes(shape, seq, f, replicated, norm_bytes)
     if shape.flash_attention:
         attention = (2 * q + 2 * kv) * e + LSE_BYTES * heads
         scores = 0.0
@@ -103,6 +111,45 @@ def layer_bytes(shape: RoleShape, seq: int) -> LayerBytes:
         mlp = 2 * f * e
     sp = t if shape.sequence_parallel else 1
     return LayerBytes(replicated / sp, (attention + mlp) / t, scores / t)
+
+
+def _mlp_width(arch: ModelArchConfig) -> int:
+    """The MLP width one token's activations run through: a MoE layer's top-k experts and its
+    shared expert; the larger of that and the dense MLP when a MoE model has dense layers (the
+    largest layer decides)."""
+    pattern = arch.moe_layer_pattern
+    widths = [arch.ffn_hidden_size] if not all(pattern) else []
+    if any(pattern):
+        moe = arch.moe_router_topk * arch.expert_ffn_hidden_size
+        widths.append(moe + (arch.shared_expert_ffn_hidden_size or 0))
+    return max(widths)
+
+
+def _mla_layer_bytes(
+    shape: RoleShape, seq: int, f: int, replicated: float, norm_bytes: float
+) -> LayerBytes:
+    """Multi-latent attention's layer: the q and kv latents (whole on every TP rank: megatron's
+    local spec gathers the down projections' outputs), each kept by its norm and as its up
+    projection's input, the RoPE key sharing the kv latent's storage; then, split over TP, the
+    query and key heads (no-RoPE plus RoPE width), the value heads, the context and the output
+    projection's input (value width). Torch's fused CPU kernel takes a value width other than
+    the query's on its math path, which keeps the probabilities (heads x seq elements)."""
+    arch, e, t = shape.arch, shape.act_bytes, shape.tp
+    heads, v = arch.num_attention_heads, arch.v_head_dim or 0
+    q_lora, kv_lora = arch.q_lora_rank or 0, arch.kv_lora_rank or 0
+    rope = arch.qk_pos_emb_head_dim or 0
+    latents = (norm_bytes + e) * (q_lora + kv_lora) + e * rope
+    if shape.flash_attention:
+        attention = heads * (2 * arch.q_head_dim + 2 * v) * e + LSE_BYTES * heads
+        scores = 0.0
+    else:
+        attention = heads * (2 * arch.q_head_dim + 3 * v) * e
+        scores = heads * seq * e
+        if shape.recompute.granularity == "selective":
+            scores = 0.0
+    mlp = ((3 if shape.fused_swiglu else 5) if arch.swiglu else 2) * f * e
+    sp = t if shape.sequence_parallel else 1
+    return LayerBytes((replicated + latents) / sp, (attention + mlp) / t, scores / t)
 
 
 @dataclass(frozen=True)
@@ -169,7 +216,10 @@ def gathered_kv_bytes(shape: RoleShape, seq: int, micro_batch: int | None = None
     if shape.cp == 1:
         return 0.0
     arch = shape.arch
-    kv = arch.num_kv_heads * arch.head_dim / shape.tp
+    if arch.multi_latent_attention:  # each head's key (no-RoPE + RoPE) and value
+        kv = arch.num_attention_heads * (arch.q_head_dim + (arch.v_head_dim or 0)) / 2 / shape.tp
+    else:
+        kv = arch.num_kv_heads * arch.head_dim / shape.tp
     others = (micro_batch or shape.micro_batch) * seq * (1 - 1 / shape.cp)
     return 2 * kv * shape.act_bytes * others
 

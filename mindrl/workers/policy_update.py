@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from mindrl.config.rl import AlgorithmConfig
 from mindrl.data.batch import SampleBatch, micro_batch_size
 from mindrl.data.packing import PackingSettings
-from mindrl.models.moe import moe_loss_metrics
+from mindrl.models.moe_metrics import router_loss_metrics
 from mindrl.models.optimizer import TrainingOptimizer, clip_grads_to_norm
 from mindrl.workers.skipped_updates import SkippedUpdates
 from mindrl.workers.update_micro_batch import UpdateMicroBatch
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from mindrl.algorithms import GRPOLossConfig
     from mindrl.models.micro_batches import PromptRows
+    from mindrl.models.moe_metrics import ExpertLoadTracker
     from mindrl.models.token_select import OutputHead
 
 logger = logging.getLogger(__name__)
@@ -217,6 +218,16 @@ class PolicyUpdater:
         self.dp_size = dp_size
         self.seed = seed
         self.skips = SkippedUpdates()  # non-finite steps: over the run, and in a row now
+        self._expert_load: ExpertLoadTracker | None = None
+
+    @property
+    def expert_load(self) -> ExpertLoadTracker:
+        """The routers' load and bias tracker (hooks on the routers: made on first use)."""
+        if self._expert_load is None:
+            from mindrl.models.moe_metrics import ExpertLoadTracker, moe_prefix
+
+            self._expert_load = ExpertLoadTracker(self.model_chunks, moe_prefix(self.role))
+        return self._expert_load
 
     def mini_batches(self, size: int, step: int, epoch: int) -> list[Any]:
         """The rows of each mini-batch of `epoch` over this DP rank's chunk of `size` rows."""
@@ -340,6 +351,7 @@ class PolicyUpdater:
             chunk.zero_grad_buffer()
         optimizer.zero_grad()
         chunks = self.model_chunks
+        self.expert_load.start()
         losses = get_forward_backward_func()(
             forward_step_func=step_func,
             # a virtual pipeline runs every chunk over the same micro-batches
@@ -356,8 +368,10 @@ class PolicyUpdater:
         found_inf = optimizer.prepare_grads()
         grad_norm = float(optimizer.get_grad_norm())
         out = reduce_loss_metrics(losses, n_micro, self.summed_metrics)
-        out.update(moe_loss_metrics(n_micro, self.role))  # {} unless the model has experts
+        load = self.expert_load  # the routers' losses and load: {} unless the model has experts
+        out.update(router_loss_metrics(n_micro, load.moe_layers, load.prefix))
         finite = math.isfinite(grad_norm) and all(math.isfinite(v) for v in out.values())
+        out.update(load.step_metrics())  # the expert bias moved in the schedule's last call
         prefix = "" if self.role == "actor" else f"{self.role}/"
         if found_inf or not finite:
             self.skips.skipped()

@@ -29,7 +29,7 @@ def test_tiny_qwen3_moe_grpo_at_ep2_learns_with_the_rollout_in_sync(tmp_path):
     drift = max(m["rollout/logprob_abs_diff_max"] for m in metrics)
     print(f"rollout/logprob_abs_diff_max over the run: {drift:.2e}")
     assert drift < 1e-4
-    balance = [m["actor/moe_load_balancing_loss"] for m in metrics]
+    balance = [m["moe/aux_loss"] for m in metrics]
     assert all(1.0 <= b < 4.0 for b in balance), balance
     exported = json.loads((out / "ckpt" / "hf_final" / "config.json").read_text())
     experts = exported.get("num_experts", exported.get("num_local_experts"))  # transformers 5

@@ -43,7 +43,7 @@ def test_ep2_trains_like_ep1(fresh_process, moe_dir):
     for line in zip(ep1["metrics"], ep2["metrics"]):
         print({k: (round(a, 7), round(line[1][k], 7)) for k, a in line[0].items()})
     _assert_same_training(ep2["metrics"], ep1["metrics"])
-    balance = [m["actor/moe_load_balancing_loss"] for m in ep2["metrics"]]
+    balance = [m["moe/aux_loss"] for m in ep2["metrics"]]
     # the balance loss without its coefficient: 1 for an even spread over the 8 experts,
     # at most 8 / top-2 = 4 when every token goes to the same two
     assert all(1.0 <= b < 4.0 for b in balance), balance

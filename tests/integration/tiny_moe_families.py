@@ -68,7 +68,7 @@ def build_tiny_hf(out: Path, family: str, seed: int = 0, **changes: Any) -> Path
     import torch
     import transformers
 
-    from mindrl.assets.models import _init_weights
+    from mindrl.assets.models import init_tiny_weights
 
     if family == "deepseek_v3":
         config = transformers.DeepseekV3Config(**{**DEEPSEEK_FIELDS, **changes})
@@ -77,7 +77,7 @@ def build_tiny_hf(out: Path, family: str, seed: int = 0, **changes: Any) -> Path
         config = transformers.Qwen2MoeConfig(**{**QWEN2_MOE_FIELDS, **changes})
         model = transformers.Qwen2MoeForCausalLM(config)
     model = model.to(torch.float32)
-    _init_weights(model, seed)
+    init_tiny_weights(model, seed)
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():  # the expert bias is a buffer: random too, so a wrong map shows
         for name, buf in model.named_buffers():

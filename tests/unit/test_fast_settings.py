@@ -47,6 +47,10 @@ def test_the_smollm2_configs_ship_every_fast_setting(name):
         # MoE: no packing (the router's loss would change); its rollout is the HF engine,
         # so vLLM's compiled mode is not listed
         ("grpo_tiny_moe_cpu", [REFERENCE_LAYOUT, *PACKING, "rl_config.share_prompt_forward: true"]),
+        (
+            "grpo_tiny_deepseek_cpu",
+            [REFERENCE_LAYOUT, *PACKING, "rl_config.share_prompt_forward: true"],
+        ),
     ],
 )
 def test_the_tiny_configs_leave_off_only_what_is_kept_on_purpose(name, expected):

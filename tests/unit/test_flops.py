@@ -207,3 +207,79 @@ def test_the_roofline_rate_is_the_mean_of_the_rates_before_and_after_the_run(tmp
     alone = roofline.measure(run, rows)
     assert alone["matmul_gflops"] == 30.0 and alone["matmul_gflops_samples"] == [30.0]
     assert "before / after" not in roofline.summary_line("tiny", alone)
+
+
+MLA_TWO_LAYERS = dict(
+    ONE_LAYER,
+    num_layers=2,
+    model_type_hf="deepseek_v3",
+    multi_latent_attention=True,
+    q_lora_rank=3,
+    kv_lora_rank=5,
+    qk_head_dim=2,
+    qk_pos_emb_head_dim=1,
+    v_head_dim=3,
+    qk_layernorm=True,
+    num_experts=4,
+    moe_router_topk=2,
+    moe_ffn_hidden_size=2,
+    n_shared_experts=1,
+    first_k_dense_replace=1,
+    moe_router_score_function="sigmoid",
+    moe_router_enable_expert_bias=True,
+)
+
+
+def test_mla_shared_experts_and_dense_layers_by_hand():
+    arch = ModelArchConfig(**MLA_TWO_LAYERS)
+    # attention: q latent 4 x 3 + q up 3 x 2 heads x (2 + 1); kv latent with the RoPE key
+    # 4 x (5 + 1) + kv up 5 x 2 heads x (2 + 3); output 2 heads x 3 x 4
+    attention = (12 + 18) + (24 + 50) + 24
+    dense = 4 * 16 + 8 * 4  # layer 0: the dense MLP of ffn 8
+    # layer 1: two experts of 4 x 4 + 2 x 4, the router 4 x 4, one shared expert of ffn 2
+    moe = 2 * (16 + 8) + 16 + (16 + 8)
+    assert linear_macs_per_token(arch) == 2 * attention + dense + moe
+    # 3 tokens: 1 + 2 + 3 positions, per head scores over 2 + 1 and the sum over 3 dims
+    assert attention_macs(arch, 3) == 2 * 2 * (3 + 3) * (1 + 2 + 3)
+    # the weights a token meets are the parameters less the norms (2 layer norms, the latents')
+    per_layer_norms = 2 * 4 + 3 + 5
+    routed_idle = 2 * (4 * 4 + 2 * 4)  # 2 of the 4 experts are not the token's
+    assert linear_macs_per_token(arch) == (
+        layer_params(arch, layer=0)
+        + layer_params(arch, layer=1)
+        - 2 * per_layer_norms
+        - routed_idle
+    )
+
+
+DEEPSEEK = dict(
+    MLA_TWO_LAYERS,
+    num_layers=3,
+    hidden_size=64,
+    ffn_hidden_size=96,
+    num_attention_heads=4,
+    vocab_size=128,
+    max_position_embeddings=64,
+    q_lora_rank=24,
+    kv_lora_rank=32,
+    qk_head_dim=16,
+    qk_pos_emb_head_dim=8,
+    v_head_dim=16,
+    num_experts=8,
+    moe_router_topk=2,
+    moe_ffn_hidden_size=32,
+)
+
+
+def test_the_mla_count_matches_torchs_flop_counter_on_a_real_deepseek():
+    arch = ModelArchConfig(**DEEPSEEK)
+    tokens = 24
+    measured = _hf_forward_flops(arch, tokens)
+    heads, value = arch.num_attention_heads, arch.v_head_dim or 0
+    full_square = 2 * arch.num_layers * heads * (arch.q_head_dim + value) * tokens * tokens
+    expected = forward_flops(arch, prompt=0, response=tokens)
+    expected += full_square - 2 * attention_macs(arch, tokens)
+    expert = 3 * arch.hidden_size * arch.expert_ffn_hidden_size
+    moe_layers = sum(arch.moe_layer_pattern)
+    expected -= 2 * moe_layers * tokens * arch.moe_router_topk * expert
+    assert measured == expected

@@ -82,6 +82,7 @@ def test_every_shipped_model_file_has_a_published_size():
         "tiny_qwen3",
         "tiny_llama31",
         "tiny_qwen3_moe",
+        "tiny_deepseek_v3",
         "tiny_long",
     }
     assert shipped == set(PUBLISHED)
@@ -101,6 +102,9 @@ ARCHS = [
         make_vocab_size_divisible_by=4,
     ),
     arch_kwargs("tiny_qwen3"),  # q/k norms, head_dim 64 != hidden / heads
+    # MLA (q / kv latents and their norms), a dense layer, then MoE layers of 8 experts with a
+    # shared expert and the router's expert bias
+    arch_kwargs("tiny_deepseek_v3", num_layers=4),
 ]
 
 
@@ -148,6 +152,27 @@ def test_layer_activations_equal_what_autograd_keeps(fresh_process, dtype, fused
         )
         measured = (saved[i + 1] - saved[i]) / (batch * seq)
         assert layer_bytes(shape, seq).total == pytest.approx(measured, rel=0.03), archs[i]
+
+
+def test_mla_layer_activations_equal_what_autograd_keeps(fresh_process):
+    """Multi-latent attention's layer (the tiny DeepSeek-V3's, its MLP dense) against the
+    storages autograd saves in a real forward, fp32 on CPU."""
+    dense = {"moe_router_load_balancing_type": "none", "moe_aux_loss_coeff": 0.0}
+    archs = [
+        arch_kwargs("tiny_deepseek_v3", num_layers=n, first_k_dense_replace=n, **dense)
+        for n in (1, 2)
+    ]
+    batch, seq = 2, 64
+    args = {"archs": archs, "tp": 1, "pp": 1, "dtype": "fp32", "saved": [batch, seq]}
+    saved = fresh_process(SCRIPT, args, timeout_s=600)["saved"]
+    arch = ModelArchConfig(**archs[0])
+    shape = _shape(_run("grpo_tiny_cpu"), "cpu", arch=arch, params_dtype="fp32")
+    measured = (saved[1] - saved[0]) / (batch * seq)
+    assert layer_bytes(shape, seq).total == pytest.approx(measured, rel=0.03)
+    # the attention with the head width of a plain layer would miss the latents and the
+    # probabilities: a third of the layer
+    plain = dataclasses.replace(arch, multi_latent_attention=False)
+    assert layer_bytes(dataclasses.replace(shape, arch=plain), seq).total < 0.7 * measured
 
 
 # -- activations: each knob in its documented direction ---------------------------------------

@@ -90,3 +90,36 @@ def test_generated_config_reads_back_to_the_same_arch():
         "tie_word_embeddings",
     )
     assert {f: getattr(back, f) for f in fields} == {f: getattr(arch, f) for f in fields}
+
+
+def test_a_deepseek_export_names_the_rope_width_as_head_dim():
+    """transformers' DeepSeek-V3 rotates `head_dim` dims of each query / key head: the RoPE
+    part (qk_rope_head_dim), not hidden / heads (7168 / 128 = 56 against 64 on DeepSeek-V3)."""
+    from mindrl.config.model_arch import ModelArchConfig
+
+    arch = ModelArchConfig(
+        model_type_hf="deepseek_v3",
+        num_layers=2,
+        hidden_size=64,
+        ffn_hidden_size=96,
+        num_attention_heads=4,
+        vocab_size=128,
+        max_position_embeddings=64,
+        multi_latent_attention=True,
+        q_lora_rank=24,
+        kv_lora_rank=32,
+        qk_head_dim=16,
+        qk_pos_emb_head_dim=8,
+        v_head_dim=16,
+        qk_layernorm=True,
+        num_experts=4,
+        moe_router_topk=2,
+        moe_ffn_hidden_size=32,
+        moe_router_score_function="sigmoid",
+        moe_router_enable_expert_bias=True,
+    )
+    config = hf_config_from_arch(arch)
+    assert (config["head_dim"], config["qk_rope_head_dim"]) == (8, 8)
+    back = arch_from_hf_config(config)
+    assert (back.qk_head_dim, back.qk_pos_emb_head_dim, back.v_head_dim) == (16, 8, 16)
+    assert (back.q_lora_rank, back.kv_lora_rank) == (24, 32)
