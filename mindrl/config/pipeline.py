@@ -50,8 +50,7 @@ def pipeline_problems(run: RunConfig) -> list[str]:
     if run.hybrid_rollout:
         out.append(
             f"rl_config.rollout_staleness: {staleness} generates beside training, which needs "
-            "the rollout "
-            "engines on devices of their own (set rl_config.rollout_resource, or "
+            "the rollout engines on devices of their own (set rl_config.rollout_resource, or "
             "generate_config.server)"
         )
     if run.filters_groups:
