@@ -1,7 +1,7 @@
 """Benchmark: the rollout pipeline at staleness k = 0, 1, 2, 4 on a generation-heavy workload.
 
     python tools/bench/async.py [--steps 12] [--config-name grpo_tiny_cpu]
-                                [--staleness 0 1 2 4] [--max-tokens 96]
+                                [--staleness 0 1 2 4] [--max-tokens 192]
                                 [--out bench/results/async.json] [--work-dir DIR]
 
 Runs `cli/train_grpo.py` once per staleness k, one after the other, each in a fresh process
@@ -51,7 +51,7 @@ def variant_name(staleness: int) -> str:
     return f"k{staleness}"
 
 
-def variant_overrides(staleness: int, max_tokens: int = 96) -> list[str]:
+def variant_overrides(staleness: int, max_tokens: int = 192) -> list[str]:
     """Rollout on its own device, long responses (generated to `max_tokens`), staleness k."""
     return [
         "rl_config.rollout_resource.num_npus=1",
@@ -113,7 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--config-name", default="grpo_tiny_cpu")
     parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 2, 4])
-    parser.add_argument("--max-tokens", type=int, default=96, help="every response's length")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=192,
+        help="every response's length (192: the tiny config's max_model_len less its prompts)",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "async.json")
     parser.add_argument("--work-dir", type=Path, help="keep the runs' outputs here (else temp)")
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per run")
