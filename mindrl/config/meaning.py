@@ -148,7 +148,7 @@ def rollout_line(run: RunConfig) -> str:
     else:
         where = "on the actor's devices (hybrid engine)"
     if res.rollout_staleness:
-        where += "; one step off-policy (rollout_staleness: 1)"
+        where += f"; up to {res.rollout_staleness} step(s) off-policy (rollout_staleness)"
     if splits > 1:
         where += f"; partial, responses in up to {splits} rounds (partial_rollout_max_split)"
     if run.rl.rollout_mode.multi_turn_enable:

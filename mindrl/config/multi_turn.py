@@ -4,8 +4,8 @@ names and meaning), and where the tool YAML is read from.
 What does not combine, each refused by name: the HF engine (the agent loop steps vLLM's engine
 itself), a user's vLLM server, an inference-TP group in the actor (its ranks would have to step
 in lockstep while tools finish in any order), partial rollout (a response's tool state would
-have to outlive the step; not built). The one-step-off pipeline works: its rollout workers run
-the same loop.
+have to outlive the step; not built). The rollout pipeline works at any staleness
+(`rollout_staleness: k`): its rollout workers run the same loop inside each batch.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
-"""The off-policy rollout modes' rules: the one-step-off pipeline
-(`rl_config.rollout_staleness`) and partial rollout (`partial_rollout_max_split`).
+"""The off-policy rollout modes' rules: the bounded-staleness pipeline
+(`rl_config.rollout_staleness: k`) and partial rollout (`partial_rollout_max_split`).
 
-Generation overlaps training only when the engines have devices of their own: in the hybrid
-layout the actor's ranks generate, so there is nothing to overlap with. Samples one update
-old are corrected by truncated importance sampling against the engine's log-probs, on unless
-the YAML says `use_tis` itself. Staleness above 1 and DAPO's dynamic sampling (several
-generation batches per step) are not built in this mode; partial rollout, which continues
-responses with newer weights, turns truncated importance sampling on the same way.
+Generation overlaps training only when the engines have devices of their own (a rollout
+group or vLLM servers): in the hybrid layout the actor's ranks generate, so there is nothing
+to overlap with. Samples up to k updates old are corrected by truncated importance sampling
+against the engine's log-probs, on unless the YAML says `use_tis` itself. DAPO's dynamic
+sampling (several generation batches per step) and partial rollout are not built in this
+mode; partial rollout alone, which continues responses with newer weights, turns truncated
+importance sampling on the same way.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ def with_pipeline_defaults(rl: RLConfig, raw_rl: Mapping[str, Any], notes: list[
     if "use_tis" in raw_rl:
         return rl
     if rl.resources.rollout_staleness >= 1:
-        why = "rl_config.rollout_staleness: 1 trains on samples one update old"
+        why = (
+            f"rl_config.rollout_staleness: {rl.resources.rollout_staleness} trains on samples "
+            "up to that many updates old"
+        )
     elif rl.rollout_mode.partial_rollout_max_split > 1:
         why = "rl_config.partial_rollout_max_split > 1 continues responses with newer weights"
     else:
@@ -43,26 +47,21 @@ def pipeline_problems(run: RunConfig) -> list[str]:
     if staleness == 0:
         return []
     out = []
-    if staleness > 1:
-        out.append(
-            f"rl_config.rollout_staleness: {staleness} is not built (1: the one-step-off "
-            "pipeline; 0: synchronous)"
-        )
     if run.hybrid_rollout:
         out.append(
-            "rl_config.rollout_staleness: 1 generates beside training, which needs the rollout "
-            "engines on devices of their own (set rl_config.rollout_resource, or "
+            f"rl_config.rollout_staleness: {staleness} generates beside training, which needs "
+            "the rollout engines on devices of their own (set rl_config.rollout_resource, or "
             "generate_config.server)"
         )
     if run.filters_groups:
         out.append(
-            "rl_config.rollout_staleness: 1 with DAPO's dynamic sampling (filter_groups_enable) "
-            "is not built yet"
+            f"rl_config.rollout_staleness: {staleness} with DAPO's dynamic sampling "
+            "(filter_groups_enable) is not built yet"
         )
     if run.rl.rollout_mode.partial_rollout_max_split > 1:
         out.append(
-            "rl_config.rollout_staleness: 1 with partial rollout (partial_rollout_max_split > 1) "
-            "is not built yet"
+            f"rl_config.rollout_staleness: {staleness} with partial rollout "
+            "(partial_rollout_max_split > 1) is not built yet"
         )
     return out
 

@@ -282,15 +282,16 @@ class ResourceConfig:
             "MindSpeed-RL's non-blocking calls stream samples between a step's phases "
             "through its TransferDock (the step stays on-policy); mindrl runs a step's phases "
             "one after another, the results do not depend on it. Generation beside training "
-            "(one step off-policy) is rl_config.rollout_staleness: 1"
+            "(k steps off-policy) is rl_config.rollout_staleness: k"
         ),
     )
     rollout_staleness: int = spec(
         0,
         ge=0,
-        help="0: each step trains on samples of the current policy; 1: one-step-off pipeline "
-        "(needs rollout_resource): the next step's samples are generated while the actor "
-        "trains, by the policy one update behind, corrected by truncated importance sampling",
+        help="0: each step trains on samples of the current policy; k >= 1: the rollout "
+        "group (rollout_resource or vLLM servers) generates the next k steps' samples while "
+        "the actor trains, none older than k updates, corrected by truncated importance "
+        "sampling (trainer/pipeline.py)",
     )
     guarantee_order: bool = spec(
         False, fate=no_effect("mindrl always hands samples to each phase in batch order")

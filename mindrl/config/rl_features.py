@@ -93,8 +93,11 @@ class RolloutModeConfig:
     async_engine: bool = spec(
         False,
         fate=no_effect(
-            "multi-turn rollout always steps vLLM's engine continuously (turns join the next "
-            "engine step as they arrive); single-turn generation is one batch per call"
+            "MindSpeed-RL's asynchronous engine ends a partial-rollout round once enough "
+            "prompts are complete; mindrl's rounds end at their token budget (max_tokens // "
+            "partial_rollout_max_split), the asynchronous variant is not built. Multi-turn "
+            "rollout always steps vLLM's engine continuously (turns join the next engine step "
+            "as they arrive); single-turn generation is one batch per call"
         ),
     )
     multi_turn_enable: bool = spec(

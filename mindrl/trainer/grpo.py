@@ -1,6 +1,6 @@
 """The GRPO / DAPO / PPO loop. One step, as docs/architecture.md draws it:
 
-    prompts -> actor.generate (n per prompt; with rollout_staleness 1 the previous step
+    prompts -> actor.generate (n per prompt; with rollout_staleness k an earlier step
     generated them, `trainer/pipeline.py`) -> rule rewards -> reference and old log-probs
     (old ones only when the batch gets more than one optimizer step) -> [PPO: critic values]
     -> advantages (group, or GAE) -> [PPO: critic.update on the returns]
@@ -26,7 +26,7 @@ from mindrl.trainer.advantage_step import compute_step_advantages, uses_kl_in_re
 from mindrl.trainer.dynamic_sampling import rollout_and_score
 from mindrl.trainer.metrics import Timer
 from mindrl.trainer.partial_rollout import PartialRollout
-from mindrl.trainer.pipeline import OneStepOffPipeline
+from mindrl.trainer.pipeline import StalenessPipeline
 from mindrl.trainer.roles import sync_weights
 from mindrl.trainer.rollout_step import generate_batch, step_sampling
 from mindrl.trainer.scoring import Scored, score_batch
@@ -92,18 +92,18 @@ def grpo_step(
     t: Trainer,
     step: int,
     between_phases: Callable[[], None] = lambda: None,
-    pipeline: OneStepOffPipeline | None = None,
+    pipeline: StalenessPipeline | None = None,
     partial: PartialRollout | None = None,
 ) -> tuple[dict[str, float], Scored]:
     """One RL step; its metrics and the scored samples. `between_phases` runs at every
     phase boundary (where a stop request ends the step). With a `pipeline` the step trains on
-    the batch generated during the previous step and starts generating the next one; with
+    the batch generated during an earlier step and starts generating the next ones; with
     `partial` rollout it trains on the prompts the pool has completed."""
     roles, run, timer = t.roles, t.run, Timer()
     with timer("step"):
         if pipeline is not None:
             batch, scored, sampling_metrics = pipeline.take(step, timer, between_phases)
-            pipeline.start_next(step)
+            sampling_metrics.update(pipeline.start_next(step))
         elif partial is not None:
             batch, scored, sampling_metrics = partial.take(step, timer, between_phases)
         else:  # one generation batch, or DAPO's dynamic sampling over several
@@ -140,7 +140,7 @@ def grpo_step(
                 )
         with timer("update"):
             update = roles.actor.update(batch, step)
-        if pipeline is not None:  # the next batch must be generated before the weights change
+        if pipeline is not None:  # the batches in flight finish before the weights change
             sampling_metrics.update(pipeline.wait())
         with timer("sync"):
             sync = sync_weights(roles)
@@ -166,7 +166,7 @@ def grpo_step(
 def run_state_now(
     t: Trainer,
     step: int,
-    pipeline: OneStepOffPipeline | None = None,
+    pipeline: StalenessPipeline | None = None,
     partial: PartialRollout | None = None,
 ) -> Any:
     """What a checkpoint of `step` records of the driver (the sampler as it was before a
@@ -200,7 +200,7 @@ def train_loop(t: Trainer, between_phases: Callable[[], None], progress: Progres
         _log_validation(t, t.start_step)
     if loop.val_only:
         return
-    pipeline = OneStepOffPipeline(t) if t.run.rl.resources.rollout_staleness else None
+    pipeline = StalenessPipeline(t) if t.run.rl.resources.rollout_staleness else None
     partial = partial_rollout(t)
     profiling = StepProfiling(t.run.profiler, t.roles.groups)
     skip_stop = SkippedUpdateStop(loop.max_consecutive_skipped_updates)

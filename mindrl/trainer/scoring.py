@@ -99,6 +99,9 @@ def score_with_verifiers(
             batch.meta["prompt_text"], texts, batch.meta["label"], scores.tolist()
         )
     ]
+    if "policy_version" in batch.meta:  # off-policy modes: the weights each sample came from
+        for record, version in zip(completions, batch.meta["policy_version"]):
+            record["policy_version"] = int(version)
     per_function = {
         name: torch.tensor(values, dtype=torch.float32)
         for name, values in result.per_function.items()

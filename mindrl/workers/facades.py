@@ -218,8 +218,8 @@ class RolloutGroup(RolloutGenerator):
     def generate_async(
         self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
     ) -> list[Any]:
-        """Start generating and return at once (the one-step-off pipeline); `collect`
-        waits for the rows."""
+        """Start generating and return at once (the rollout pipeline; a worker runs the
+        calls it is given one after another); `collect` waits for the rows."""
         return self.group.dispatch_async(RolloutWorker.generate, prompts_per_rank, sampling)
 
     def collect(self, refs: list[Any]) -> list[list[RolloutRow] | None]:

@@ -1,7 +1,7 @@
 """Rollout on vLLM servers the user runs (`generate_config.server`), driven from the driver.
 
 The servers take the place of a rollout worker group: the same calls (`generate`,
-`generate_async` / `collect` for the one-step-off pipeline, `load_weights` with the actor's
+`generate_async` / `collect` for the rollout pipeline, `load_weights` with the actor's
 packed buckets), so the loop does not know which it talks to. A step's prompts are spread over
 the servers that answer; weights go to each server over its own gloo link
 (`rollout.server_weights`) with a version each server must report back. A server that fails
@@ -70,6 +70,10 @@ class ServerRolloutGroup(RolloutGenerator):
         self.version = 0  # weight pushes so far; each server must report the last one
         # requests in flight per server (vLLM batches the ones it holds)
         self._slots = {c.url: threading.Semaphore(REQUESTS_IN_FLIGHT) for c in self.live}
+        # the pipeline's batches in flight (rollout_staleness >= 2) are generated one at a
+        # time, as a rollout worker group runs its calls: the list of live servers changes
+        # only under one batch
+        self._one_batch = threading.Semaphore(1)
 
     # -- start -------------------------------------------------------------------------
     def start(self, actor: ActorGroup) -> None:
@@ -243,8 +247,11 @@ class ServerRolloutGroup(RolloutGenerator):
     def generate_async(
         self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
     ) -> Future:
-        """Start generating in the background (the one-step-off pipeline); `collect` waits."""
-        return call_in_daemon(self.generate, prompts_per_rank, sampling, name="mindrl-rollout")
+        """Start generating in the background (the rollout pipeline), after the batches
+        already started; `collect` waits."""
+        return call_in_daemon(
+            self.generate, prompts_per_rank, sampling, name="mindrl-rollout", limit=self._one_batch
+        )
 
     def collect(self, pending: Future) -> list[list[RolloutRow] | None]:
         return pending.result()
