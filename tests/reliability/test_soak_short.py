@@ -1,0 +1,68 @@
+"""A short soak (tools/bench/soak.py): the tiny run for 60 steps on real Ray, megatron and vLLM
+workers, a checkpoint every 10 steps keeping the last 2, its processes sampled every 10 steps.
+After the warm-up (step 20) what a run holds stays flat: the same processes, open files and
+threads, resident memory within a bound, the object store back to its baseline, the checkpoint
+folder rotated as configured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools.bench import soak
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiproc]
+
+STEPS, SAVE_EVERY, KEEP, WARMUP = 60, 10, 2, 20
+RSS_GROWTH_PCT = 5.0  # the whole tree's resident memory, warm sample to last
+FD_SLACK = 4  # the tree's open files: a log or socket opened between samples
+THREAD_SLACK = 4  # the tree's threads: a pool thread that comes and goes
+OBJECT_STORE_SLACK = 1 << 20  # bytes: what a step in flight holds at the last sample
+
+
+@pytest.fixture(scope="module")
+def soaked(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[soak.Sample], Path]:
+    out = tmp_path_factory.mktemp("soak") / "run"
+    settings = soak.SoakSettings(
+        steps=STEPS, save_every=SAVE_EVERY, keep=KEEP, sample_every=SAVE_EVERY, warmup_step=WARMUP
+    )
+    samples, finished = soak.run_soak(settings, out, time_limit_s=1800)
+    assert finished, f"the soak stopped at its time limit after step {samples[-1].step}"
+    return samples, out
+
+
+def test_checkpoints_rotate_as_configured(soaked: tuple[list[soak.Sample], Path]) -> None:
+    samples, out = soaked
+    assert [s.step for s in samples] == list(range(SAVE_EVERY, STEPS + 1, SAVE_EVERY))
+    for sample in samples:
+        steps = [int(name.removeprefix("iter_")) for name in sample.checkpoints]
+        assert 1 <= len(steps) <= KEEP and all(s % SAVE_EVERY == 0 for s in steps), sample
+        assert max(steps) >= sample.step - SAVE_EVERY  # the newest is never dropped
+    final = sorted(p.name for p in (out / "ckpt").glob("iter_*"))
+    assert len(final) == KEEP, final  # the run's end save rotated the same way
+    sizes = [s.checkpoint_bytes for s in samples if len(s.checkpoints) == KEEP]
+    assert max(sizes) <= 1.1 * min(sizes)  # the folder's size is bounded by the rotation
+
+
+def test_processes_files_and_threads_stay_flat(soaked: tuple[list[soak.Sample], Path]) -> None:
+    samples, _ = soaked
+    g = soak.growth(samples, WARMUP)
+    assert not g["processes_started"] and not g["processes_gone"], g
+    assert abs(g["fds_delta"]) <= FD_SLACK, g
+    assert abs(g["threads_delta"]) <= THREAD_SLACK, g
+
+
+def test_resident_memory_is_bounded(soaked: tuple[list[soak.Sample], Path]) -> None:
+    samples, _ = soaked
+    g = soak.growth(samples, WARMUP)
+    assert g["total_rss_growth_pct"] <= RSS_GROWTH_PCT, soak.summary_line(g)
+
+
+def test_object_store_returns_to_its_baseline(soaked: tuple[list[soak.Sample], Path]) -> None:
+    samples, _ = soaked
+    stored = [s.object_store_bytes for s in samples]
+    assert all(b is not None for b in stored), stored  # read from the run's own cluster
+    g = soak.growth(samples, WARMUP)
+    baseline, last = g["object_store_bytes"]
+    assert last <= baseline + OBJECT_STORE_SLACK, g
