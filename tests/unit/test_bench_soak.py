@@ -23,7 +23,7 @@ def test_overrides_make_a_valid_tiny_run_with_the_rotation_asked(tmp_path: Path)
     run, _ = load_run_config(soak.CONFIG, settings.overrides(tmp_path))
     assert run.actor.ckpt.keep_last_n_checkpoints == 2
     assert run.actor.ckpt.save_interval == 10
-    assert run.actor.optim.train_iters == 61  # one past the last sample
+    assert run.actor.optim.train_iters == 62  # two past the last multiple
     assert run.runtime.ray_address == "local"
 
 
@@ -38,6 +38,8 @@ def test_role_drops_the_method_ray_puts_in_a_workers_title() -> None:
         "mindrl.cluster.launch"
     )
     assert soak.role_of("python", ["python", "cli/train_grpo.py", "--x"]) == "train_grpo.py"
+    spawned = ["python", "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()"]
+    assert soak.role_of("python", spawned) == "multiprocessing.spawn"
 
 
 def test_last_step_skips_validation_rows_and_a_line_being_written(tmp_path: Path) -> None:

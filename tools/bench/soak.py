@@ -45,6 +45,8 @@ os.environ.update(LOOPBACK_ONLY_ENV)
 
 CONFIG = "grpo_tiny_cpu"
 GCS_ADDRESS_RE = re.compile(r"--gcs-address=(\S+)")
+# `python -c "from multiprocessing.X import main..."` children, named by X
+MULTIPROCESSING_ROLES = ("spawn", "forkserver", "resource_tracker")
 SESSION_DIR_RE = re.compile(r"--session-dir=(\S+)|--session_dir=(\S+)")
 
 
@@ -88,9 +90,9 @@ class SoakSettings:
             "runtime.ray_address=local",  # the run's own cluster, whatever else is running
             f"runtime.output_dir={out_dir}",
             f"actor_config.save={out_dir / 'ckpt'}",
-            # one step past the last sample: the sample at `steps` sees the steady state, not
-            # the run's final save, export and teardown
-            f"megatron_training.train_iters={self.steps + 1}",
+            # two steps past the last multiple: its sample (taken once the step after it is
+            # recorded) sees the steady state, not the run's final save, export and teardown
+            f"megatron_training.train_iters={self.steps + 2}",
             f"megatron_training.save_interval={self.save_every}",
             f"actor_config.keep_last_n_checkpoints={self.keep}",
             *self.extra_overrides,
@@ -104,6 +106,9 @@ def role_of(name: str, cmdline: list[str]) -> str:
         title = cmdline[0] if cmdline and cmdline[0].startswith("ray::") else name
         return title.split()[0].split(".")[0]
     joined = " ".join(cmdline)
+    for marker in MULTIPROCESSING_ROLES:  # e.g. vLLM's engine core, the verifier pool
+        if f"multiprocessing.{marker}" in joined:
+            return f"multiprocessing.{marker}"
     for marker in ("gcs_server", "raylet", "dashboard", "log_monitor", "runtime_env"):
         if marker in joined:
             return marker
@@ -215,13 +220,14 @@ def last_step(metrics: Path) -> int:
 
 
 RAY_START_TIMEOUT = "The current node timed out during startup"
+POLL_S = 1.0  # metrics.jsonl read this often (a whole read: cheap beside a step)
 
 
 def run_soak(
     settings: SoakSettings, out_dir: Path, time_limit_s: float, start_tries: int = 3
 ) -> tuple[list[Sample], bool]:
-    """Run the soak; a sample each time the run passes a multiple of `sample_every` (taken
-    while the next step runs: the state the finished steps left). Returns the samples and
+    """Run the soak; a sample each time the run has passed a multiple of `sample_every` by
+    one step (that multiple's checkpoint save complete; taken while the next step runs). Returns the samples and
     whether the run reached `steps`: past `time_limit_s` it is stopped and the samples so far
     are returned. Ray gives its node a fixed 30 s to start, which a busy shared host can
     miss: such a start is tried again."""
@@ -244,9 +250,7 @@ def _run_once(
     cmd = [sys.executable, "cli/train_grpo.py", "--config-name", CONFIG]
     cmd += settings.overrides(out_dir)
     print("soak:", " ".join(cmd[1:]), flush=True)
-    # the raylet waits this long for Ray's Python agents to start (default 30 s: too short
-    # for a busy shared host, where the node then fails to start)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_agent_register_timeout_ms": "180000"}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     samples: list[Sample] = []
     with open(out_dir / "soak_run.log", "w") as log:
         proc = subprocess.Popen(
@@ -265,11 +269,13 @@ def _run_once(
                         pass
                     return samples, False
                 step = last_step(out_dir / "metrics.jsonl")
-                if next_sample <= step <= settings.steps:
+                # a step past each multiple: its checkpoint save (writer threads, megatron's
+                # helper processes, the temporary folder) has finished by then
+                if next_sample < step <= settings.steps + 1:
                     samples.append(sample_run(proc.pid, step, out_dir))
                     print(f"soak: {summary_of_sample(samples[-1])}", flush=True)
                     next_sample = (step // settings.sample_every + 1) * settings.sample_every
-                time.sleep(0.5)
+                time.sleep(POLL_S)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, 9)
