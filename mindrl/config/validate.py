@@ -28,6 +28,30 @@ from mindrl.config.scale_rules import scale_problems
 from mindrl.config.writable import unwritable_reason
 
 
+def _expert_layout_problems(role: RoleConfig, resource_key: str) -> list[str]:
+    """Megatron's expert parallel group: each rank holds num_experts / EP experts, and the
+    expert layout TP x EP x PP (each expert split over TP) tiles the role's devices. Caught
+    here, not by an assertion inside a worker's megatron set-up."""
+    ep, m = role.moe.expert_model_parallel_size, role.model
+    if ep == 1 or not m.num_experts:  # a dense model with EP > 1 is refused with the family
+        return []
+    sec = ROLE_NAMES[role.role]
+    out = []
+    if m.num_experts % ep:
+        out.append(
+            f"{sec}.expert_model_parallel_size: {ep} does not divide num_experts "
+            f"({m.num_experts}) of model {m.name!r}"
+        )
+    experts_layout = role.tp * ep * role.pp
+    if role.num_devices % experts_layout:
+        out.append(
+            f"{sec}.expert_model_parallel_size: TP ({role.tp}) x EP ({ep}) x PP ({role.pp}) = "
+            f"{experts_layout} does not divide the role's {role.num_devices} device(s) "
+            f"(rl_config.{resource_key}.num_npus)"
+        )
+    return out
+
+
 def _role_layout_problems(role: RoleConfig, resource_key: str) -> list[str]:
     sec = ROLE_NAMES[role.role]
     tp, pp, m = role.tp, role.pp, role.model
@@ -40,6 +64,7 @@ def _role_layout_problems(role: RoleConfig, resource_key: str) -> list[str]:
             f"{tp * pp * cp} does not divide the role's {role.num_devices} device(s) "
             f"(rl_config.{resource_key}.num_npus)"
         )
+    out.extend(_expert_layout_problems(role, resource_key))
     if m.num_attention_heads % tp:
         out.append(
             f"{sec}.tensor_model_parallel_size: {tp} does not divide num_attention_heads "

@@ -46,10 +46,16 @@ class ToolSchema:
             raise ValueError(
                 f"tool_schema needs function.name, got {json.dumps(dict(schema))[:200]}"
             )
+        parameters = function.get("parameters") or {}
+        if not isinstance(parameters, Mapping) or parameters.get("type", "object") != "object":
+            raise ValueError(
+                f"tool {function['name']!r}: tool_schema function.parameters must be a JSON "
+                f"schema of type object (the call's arguments), got {json.dumps(parameters)[:200]}"
+            )
         return cls(
             name=str(function["name"]),
             description=str(function.get("description", "")),
-            parameters=dict(function.get("parameters") or {}),
+            parameters=dict(parameters),
         )
 
 

@@ -135,7 +135,10 @@ def read_tool_config(path: str | Path) -> list[ToolEntry]:
     path = Path(path)
     if not path.is_file():
         raise ToolConfigError(f"tool_config_path {path} does not exist")
-    document = yaml.safe_load(path.read_text())
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:  # a syntax error: its line, not a parser traceback
+        raise ToolConfigError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
     entries = document.get("tools") if isinstance(document, Mapping) else None
     if not isinstance(entries, Sequence) or not entries:
         raise ToolConfigError(f"{path}: expected a top-level 'tools:' list with at least one tool")
