@@ -250,6 +250,7 @@ class PolicyUpdater:
             chunk.train()
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
+        extremes: dict[str, float] = {}  # `*_max` / `*_min` metrics: over every mini-batch
         phases = {"timing/update_fwd_bwd": 0.0, "timing/update_optimizer": 0.0}
         self.tokens = {"samples": 0, "real": 0, "fed": 0}
         for epoch in range(self.alg.epochs):
@@ -260,9 +261,14 @@ class PolicyUpdater:
                     mini = replace(mini, tensors=kept)
                 metrics = self.train_mini_batch(mini, phases)
                 for k, v in metrics.items():
+                    if k.endswith(("_max", "_min")):
+                        pick = max if k.endswith("_max") else min
+                        extremes[k] = pick(extremes.get(k, v), v)
+                        continue
                     sums[k] = sums.get(k, 0.0) + v
                     counts[k] = counts.get(k, 0) + 1
         out = {k: sums[k] / counts[k] for k in sums}
+        out.update(extremes)
         out.update(self.skips.metrics(self.role))
         out.update(phases)  # summed over mini-batches
         out[f"perf/padding_fraction_{self.role}_update"] = padding_fraction_over_dp(
