@@ -188,3 +188,18 @@ def test_keys_without_effect_are_warned() -> None:
         load_run_config("grpo_tiny_cpu", ["+rl_config.rollout_is_threshold_lower=3.0"])
     with pytest.raises(ConfigError, match="rollout_is_level"):
         load_run_config("grpo_tiny_cpu", ["+rl_config.rollout_is_level=batch"])
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "+rl_config.rollout_is_veto_threshold=0.0001",
+        "+rl_config.rollout_is_batch_normalize=true",
+        "+rl_config.rollout_rs=token_k1",
+    ],
+)
+def test_verls_unbuilt_correction_keys_are_refused_with_the_built_equivalent(override) -> None:
+    from mindrl.config import ConfigError, load_run_config
+
+    with pytest.raises(ConfigError, match="is refused: verl's"):
+        load_run_config("grpo_tiny_cpu", ["+rl_config.use_tis=true", override])
