@@ -85,7 +85,14 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "outcome_token_rewards",
         "reinforce_plus_plus_advantages",
     ),
-    "tis": ("rollout_mismatch_metrics", "tis_weights"),
+    "tis": (
+        "CorrectionWeights",
+        "RolloutCorrection",
+        "level_log_weights",
+        "rollout_correction",
+        "rollout_mismatch_metrics",
+        "tis_weights",
+    ),
 }
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from mindrl.algorithms.aggregation import aggregate_loss, masked_mean
+from mindrl.algorithms.aggregation import aggregate_loss
 from mindrl.algorithms.kl import kl_penalty
 from mindrl.algorithms.loss_config import GRPOLossConfig
 from mindrl.algorithms.policy_loss import compute_policy_loss
-from mindrl.algorithms.tis import tis_weights
+from mindrl.algorithms.tis import RolloutCorrection, rollout_correction
 
 
 def grpo_loss(
@@ -39,7 +39,7 @@ def grpo_loss(
     All [B, T]: `log_prob` (current policy, with grad), `old_log_prob`, `advantages`,
     `response_mask`; optional `ref_log_prob` (needed with use_kl_loss; reported otherwise),
     `entropy` (per token, with grad; needed when entropy_coeff > 0), `rollout_log_prob`
-    (needed with use_tis). `normalizer` is passed to `aggregate_loss` for global-batch means.
+    (needed with use_tis: the rollout correction's weights). `normalizer` is passed to `aggregate_loss` for global-batch means.
     """
     mask = response_mask.bool()
 
@@ -53,9 +53,11 @@ def grpo_loss(
     if cfg.use_tis:
         if rollout_log_prob is None:
             raise ValueError("use_tis needs rollout_log_prob")
-        weights = tis_weights(old_log_prob, rollout_log_prob, mask, cfg.tis_cap)
-        metrics["actor/tis_weight_mean"] = float(masked_mean(weights, mask))
-        metrics["actor/tis_clipfrac"] = float(masked_mean((weights >= cfg.tis_cap).float(), mask))
+        lower, upper = cfg.rollout_is_bounds
+        settings = RolloutCorrection(cfg.rollout_is_level, cfg.rollout_is_mode, upper, lower)
+        correction = rollout_correction(old_log_prob, rollout_log_prob, mask, settings)
+        weights = correction.weights
+        metrics.update(correction.metrics)
     pg = compute_policy_loss(
         log_prob,
         old_log_prob,

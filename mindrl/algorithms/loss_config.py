@@ -13,7 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from mindrl.algorithms.names import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSS_MODES
+from mindrl.algorithms.names import (
+    KL_TYPES,
+    LOSS_AGG_MODES,
+    POLICY_LOSS_MODES,
+    ROLLOUT_IS_LEVELS,
+    ROLLOUT_IS_MODES,
+)
 
 
 def knob(
@@ -56,8 +62,9 @@ class GRPOLossConfig:
 
     clip_ratio is the low bound and the high one unless clip_ratio_high (DAPO/ms-swift
     `epsilon_high`) is set; clip_ratio_c is the dual-clip cap for negative advantages (None
-    disables it). With use_tis, each token's pg loss is weighted by
-    min(pi_old / pi_rollout, tis_cap). The loss reads `use_kl_loss` / `kl_loss_coef` as
+    disables it). With use_tis, the rollout correction (`mindrl.algorithms.tis`) weighs or
+    masks each token's pg loss by pi_old / pi_rollout at `rollout_is_level`, in
+    `rollout_is_mode`, with `rollout_is_threshold` (verl's names). The loss reads `use_kl_loss` / `kl_loss_coef` as
     "KL in the loss, with this weight": `AlgorithmConfig.loss_config` resolves them from
     MindSpeed-RL's init_kl_coef or verl's switch.
     """
@@ -88,11 +95,55 @@ class GRPOLossConfig:
     use_kl_loss: bool = knob(False, help="verl's switch: KL loss with kl_loss_coef")
     kl_loss_coef: float = knob(0.001, ge=0.0, help="verl's KL-loss coefficient (use_kl_loss)")
     entropy_coeff: float = knob(0.0, ge=0.0)
-    use_tis: bool = knob(False, help="truncated importance sampling rollout -> train")
-    tis_cap: float = knob(2.0, gt=0.0)
+    use_tis: bool = knob(
+        False,
+        help="rollout correction on: each token's pg loss weighted or masked by pi_old / "
+        "pi_rollout as rollout_is_level / rollout_is_mode say (default token truncate: "
+        "truncated importance sampling)",
+    )
+    rollout_is_level: str = knob(
+        "token",
+        choices=ROLLOUT_IS_LEVELS,
+        help="token: one weight per token; sequence: the product of the sequence's token "
+        "ratios; geometric: their geometric mean (both broadcast to the sequence's tokens)",
+    )
+    rollout_is_mode: str = knob(
+        "truncate",
+        choices=ROLLOUT_IS_MODES,
+        help="truncate: weight min(w, rollout_is_threshold); mask: weight w inside "
+        "[rollout_is_threshold_lower, rollout_is_threshold], 0 (token or sequence dropped) "
+        "outside",
+    )
+    rollout_is_threshold: float = knob(
+        2.0, gt=0.0, aliases=("tis_cap",), help="upper threshold on the importance weight"
+    )
+    rollout_is_threshold_lower: float | None = knob(
+        None,
+        gt=0.0,
+        help="mask mode's lower threshold (null: 1 / rollout_is_threshold)",
+    )
 
     def __post_init__(self) -> None:
         for f in fields(GRPOLossConfig):
             problem = broken_rule(f.name, getattr(self, f.name), f.metadata)
             if problem is not None:
                 raise ValueError(problem)
+        problem = rollout_is_bounds_problem(
+            self.rollout_is_threshold_lower, self.rollout_is_threshold
+        )
+        if problem is not None:
+            raise ValueError(problem)
+
+    @property
+    def rollout_is_bounds(self) -> tuple[float, float]:
+        """(lower, upper) of mask mode: the lower one defaults to 1 / upper, as in verl."""
+        upper = self.rollout_is_threshold
+        lower = self.rollout_is_threshold_lower
+        return (1.0 / upper if lower is None else lower), upper
+
+
+def rollout_is_bounds_problem(lower: float | None, upper: float) -> str | None:
+    """Why the thresholds leave mask mode no range; None when lower < upper or unset."""
+    if lower is not None and lower >= upper:
+        return f"rollout_is_threshold_lower: {lower} must be below rollout_is_threshold ({upper})"
+    return None

@@ -46,6 +46,13 @@ LOSS_AGG_MODES: tuple[str, ...] = (
 # GSPO's per-sequence one.
 POLICY_LOSS_MODES: tuple[str, ...] = ("vanilla", "gspo")
 
+# `rl_config.rollout_is_level` (verl's names): one importance weight pi_old / pi_rollout per
+# token, per sequence (the product of its token ratios), or per sequence as the geometric mean.
+ROLLOUT_IS_LEVELS: tuple[str, ...] = ("token", "sequence", "geometric")
+# `rl_config.rollout_is_mode` (verl's names): clip the weight at the upper threshold, or drop
+# the tokens / sequences whose weight is outside [lower, upper] (rejection sampling).
+ROLLOUT_IS_MODES: tuple[str, ...] = ("truncate", "mask")
+
 # `megatron_training.dpo_loss_type` (MindSpeed-LLM's `--dpo-loss-type` choices, which are TRL's
 # names): sigmoid (DPO), hinge (SLiC), ipo (IPO, on length-averaged log-probs).
 DPO_LOSS_TYPES: tuple[str, ...] = ("sigmoid", "hinge", "ipo")

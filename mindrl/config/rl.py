@@ -135,6 +135,27 @@ class AlgorithmConfig(GRPOLossConfig):
     )
     num_samples_per_step: int = spec(1, fate=no_effect("not read by MindSpeed-RL either"))
     overlong_filter: bool = spec(False, help="mask responses truncated at max_tokens")
+    # verl's rollout-correction keys beyond the built ones (GRPOLossConfig's rollout_is_*)
+    rollout_is_veto_threshold: float | None = spec(
+        None,
+        fate=refused(
+            "verl's veto (a sequence dropped for one token whose ratio is below it) is not "
+            "built; rollout_is_mode: mask drops the tokens or sequences whose weight is outside "
+            "[rollout_is_threshold_lower, rollout_is_threshold]"
+        ),
+    )
+    rollout_is_batch_normalize: bool = spec(
+        False,
+        fate=refused("verl's normalisation of the importance weights to mean 1 is not built"),
+    )
+    rollout_rs: str | None = spec(
+        None,
+        fate=refused(
+            "verl's rejection-sampling list is not built under this name; rollout_is_mode: "
+            "mask is its ratio-bound rejection at rollout_is_level token / sequence / geometric "
+            "(verl's token_k1 / seq_sum_k1 / seq_mean_k1)"
+        ),
+    )
 
     @property
     def mini_batch_samples(self) -> int:

@@ -22,6 +22,7 @@ from mindrl.config.pipeline import partial_rollout_problems, pipeline_problems
 from mindrl.config.ppo import ppo_problems
 from mindrl.config.rl import MIN_VERIFIER_MEMORY_MB, AlgorithmConfig
 from mindrl.config.role import ROLE_NAMES, RoleConfig
+from mindrl.config.rollout_correction import rollout_correction_problems
 from mindrl.config.rollout_server import server_problems
 from mindrl.config.run import RunConfig
 from mindrl.config.scale_rules import scale_problems
@@ -513,6 +514,7 @@ def cross_field_problems(
     out.extend(packing_problems(run))
     out.extend(pipeline_problems(run))
     out.extend(partial_rollout_problems(run))
+    out.extend(rollout_correction_problems(run))
     out.extend(multi_turn_problems(run, check_paths=check_paths and local_paths))
     out.extend(server_problems(run))
     out.extend(_validation_problems(run))

@@ -144,7 +144,7 @@ def reduce_loss_metrics(
 
     Loss terms were normalised by the global token / sequence count, so their parts add up
     (sum over micro-batches and DP ranks); rates such as clip fractions are averaged;
-    `*_max` metrics take the maximum. The last pipeline stage computed them; it broadcasts
+    `*_max` metrics take the maximum, `*_min` ones the minimum. The last pipeline stage computed them; it broadcasts
     to the other stages.
     """
     import torch
@@ -160,22 +160,27 @@ def reduce_loss_metrics(
         keys = names[0]
     values = torch.zeros(len(keys), dtype=torch.float64)
     maxima = torch.zeros(len(keys), dtype=torch.float64)
+    negated_minima = torch.zeros(len(keys), dtype=torch.float64)  # max-reduced, like maxima
     for i, k in enumerate(keys):
         if losses:
             total = sum(float(m[k]) for m in losses)
             values[i] = total if k in summed else total / n_micro
             maxima[i] = max(float(m[k]) for m in losses)
-    both = torch.stack([values, maxima])
+            negated_minima[i] = -min(float(m[k]) for m in losses)
+    every = torch.stack([values, maxima, negated_minima])
     if pp_split:
-        dist.broadcast(both, src=src, group=ps.get_pipeline_model_parallel_group())
-    values, maxima = both[0].clone(), both[1].clone()
+        dist.broadcast(every, src=src, group=ps.get_pipeline_model_parallel_group())
+    values, extremes = every[0].clone(), every[1:].clone()
     dist.all_reduce(values, group=ps.get_data_parallel_group())
-    dist.all_reduce(maxima, op=dist.ReduceOp.MAX, group=ps.get_data_parallel_group())
+    dist.all_reduce(extremes, op=dist.ReduceOp.MAX, group=ps.get_data_parallel_group())
+    maxima, minima = extremes[0], -extremes[1]
     dp = ps.get_data_parallel_world_size()
     out = {}
     for i, k in enumerate(keys):
         if k.endswith("_max"):
             out[k] = float(maxima[i])
+        elif k.endswith("_min"):
+            out[k] = float(minima[i])
         else:
             out[k] = float(values[i]) if k in summed else float(values[i]) / dp
     return out
@@ -256,6 +261,7 @@ class PolicyUpdater:
             chunk.train()
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
+        extremes: dict[str, float] = {}  # `*_max` / `*_min` metrics: over every mini-batch
         phases = {"timing/update_fwd_bwd": 0.0, "timing/update_optimizer": 0.0}
         self.tokens = {"samples": 0, "real": 0, "fed": 0}
         for epoch in range(self.alg.epochs):
@@ -266,9 +272,14 @@ class PolicyUpdater:
                     mini = replace(mini, tensors=kept)
                 metrics = self.train_mini_batch(mini, phases)
                 for k, v in metrics.items():
+                    if k.endswith(("_max", "_min")):
+                        pick = max if k.endswith("_max") else min
+                        extremes[k] = pick(extremes.get(k, v), v)
+                        continue
                     sums[k] = sums.get(k, 0.0) + v
                     counts[k] = counts.get(k, 0) + 1
         out = {k: sums[k] / counts[k] for k in sums}
+        out.update(extremes)
         out.update(self.skips.metrics(self.role))
         out.update(phases)  # summed over mini-batches
         out[f"perf/padding_fraction_{self.role}_update"] = padding_fraction_over_dp(

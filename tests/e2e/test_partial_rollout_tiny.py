@@ -37,7 +37,7 @@ def test_tiny_run_learns_with_partial_rollout(partial_run):
     assert all(1 <= m["rollout/partial_rounds"] <= 4 for m in metrics)
     # responses were continued across updates, and the loss weighed their tokens
     assert max(m["rollout/partial_resumed"] for m in metrics) > 0
-    assert all("actor/tis_weight_mean" in m for m in metrics)
+    assert all("actor/rollout_is_mean" in m for m in metrics)
     assert max(m["rollout/logprob_abs_diff_max"] for m in metrics[1:]) > 1e-3
 
 

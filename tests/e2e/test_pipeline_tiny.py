@@ -27,7 +27,7 @@ def test_tiny_run_learns_one_step_off_policy(tmp_path):
     # the first step's batch was generated with the weights it trains; every later one by
     # the policy one update behind
     assert [m["rollout/staleness"] for m in metrics] == [0.0] + [1.0] * (len(metrics) - 1)
-    assert all("actor/tis_weight_mean" in m for m in metrics)  # on by default in this mode
+    assert all("actor/rollout_is_mean" in m for m in metrics)  # on by default in this mode
     assert all(0.0 <= m["timing/overlap"] <= 1.0 for m in metrics[:-1])
     assert "timing/overlap" not in metrics[-1]  # nothing is generated after the last step
     # one update of drift: the engine's log-probs differ from the trained policy's
@@ -42,4 +42,4 @@ def test_tiny_run_learns_two_steps_off_policy(tmp_path):
     first, last = first_and_last_scores(metrics)
     assert last >= first + 0.3, (first, last)
     assert [m["rollout/staleness_max"] for m in metrics] == [0.0, 1.0] + [2.0] * (len(metrics) - 2)
-    assert all("actor/tis_weight_mean" in m for m in metrics)
+    assert all("actor/rollout_is_mean" in m for m in metrics)

@@ -59,7 +59,7 @@ def test_combined_loss_matches_loop(mode: str, use_tis: bool) -> None:
         kl_penalty="low_var_kl",
         entropy_coeff=0.01,
         use_tis=use_tis,
-        tis_cap=1.5,
+        rollout_is_threshold=1.5,
     )
     loss, metrics = grpo_loss(
         cfg, log_prob, old, adv, mask, ref_log_prob=ref, entropy=entropy, rollout_log_prob=rollout
@@ -84,7 +84,7 @@ def test_combined_loss_matches_loop(mode: str, use_tis: bool) -> None:
     assert metrics["actor/ppo_kl"] == pytest.approx(ppo_kl, rel=1e-5)
     for key in ("actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/kl_coef"):
         assert isinstance(metrics[key], float)
-    assert ("actor/tis_weight_mean" in metrics) == use_tis
+    assert ("actor/rollout_is_mean" in metrics) == use_tis
 
 
 def test_gradient_matches_hand_derivation() -> None:
@@ -157,7 +157,10 @@ def test_missing_inputs_and_bad_config() -> None:
         {"clip_ratio_c": 1.0},
         {"loss_agg_mode": "sum"},
         {"kl_penalty": "full"},
-        {"tis_cap": 0.0},
+        {"rollout_is_threshold": 0.0},
+        {"rollout_is_level": "batch"},
+        {"rollout_is_mode": "clip"},
+        {"rollout_is_threshold": 2.0, "rollout_is_threshold_lower": 2.0},
         {"entropy_coeff": -1.0},
         {"loss_agg_horizon": 0},
     ):
