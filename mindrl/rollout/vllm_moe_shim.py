@@ -86,7 +86,9 @@ def _install() -> bool:
     if getattr(setup, _PATCHED_FLAG, False):
         return True
     if list(inspect.signature(setup).parameters) != ["self", "layer", "w13", "w2"]:
-        logger.warning("vLLM %s: _setup_kernel changed shape; CPU MoE reload shim not applied", version)
+        logger.warning(
+            "vLLM %s: _setup_kernel changed shape; CPU MoE reload shim not applied", version
+        )
         return False
     UnquantizedFusedMoEMethod._setup_kernel = _repack_on_reload(setup)  # type: ignore[method-assign]
     return True
