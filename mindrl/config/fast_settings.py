@@ -63,11 +63,8 @@ def _reference_layout(run: RunConfig) -> list[str]:
 
 
 def _rollout_may_compile(run: RunConfig) -> bool:
-    """vLLM's compiled mode applies: the rollout is (or may be) vLLM's own engine here. A MoE
-    model on CPU rolls out on the HF engine (mindrl.rollout's MOE_ON_VLLM_CPU)."""
-    if run.generate.rollout_backend == "hf" or run.rollout_on_servers:
-        return False
-    return not (run.runtime.accelerator == "cpu" and run.actor.model.num_experts)
+    """vLLM's compiled mode applies: the rollout is (or may be) vLLM's own engine here."""
+    return not (run.generate.rollout_backend == "hf" or run.rollout_on_servers)
 
 
 def _cpu_precision(run: RunConfig) -> str | None:

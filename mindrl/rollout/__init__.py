@@ -15,6 +15,7 @@ from mindrl.rollout.base import (
     RolloutSampling,
     iter_buckets,
 )
+from mindrl.rollout.vllm_cpu_models import RolloutModelTraits, vllm_cpu_refusal
 
 if TYPE_CHECKING:
     from mindrl.config.generate import GenerateConfig
@@ -23,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "RolloutEngine",
+    "RolloutModelTraits",
     "RolloutResult",
     "RolloutSampling",
     "build_rollout_engine",
@@ -31,11 +33,6 @@ __all__ = [
     "resolve_rollout_backend",
     "vllm_usable",
 ]
-
-MOE_ON_VLLM_CPU = (
-    "vllm-cpu 0.32 serves Qwen3-MoE from its folder, but reload_weights of the same "
-    "expert weights corrupts its CPU expert kernels (other tokens after a no-op sync)"
-)
 
 
 def vllm_usable(accelerator: str) -> tuple[bool, str]:
@@ -57,6 +54,16 @@ def vllm_usable(accelerator: str) -> tuple[bool, str]:
         except metadata.PackageNotFoundError:
             return False, "the installed vllm is not the CPU build (vllm-cpu)"
     return True, ""
+
+
+def vllm_cpu_version() -> str:
+    """The installed vllm-cpu's version (read without importing vllm)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def resolve_rollout_backend(requested: str, accelerator: str) -> str:
@@ -87,34 +94,29 @@ class BackendChoice:
 
 
 def model_rollout_backend(
-    backend: str, requested: str, accelerator: str, moe: bool
+    backend: str, requested: str, accelerator: str, traits: RolloutModelTraits
 ) -> BackendChoice:
     """`backend` (what `requested` resolved to on `accelerator`) for this model.
 
-    A MoE model does not roll out on vllm-cpu (MOE_ON_VLLM_CPU): `auto` gets the HF engine
-    with a warning, an explicit `vllm` is refused. The engine builder and the memory plan both
-    ask here, so the dry run plans the engine the run builds.
+    On CPU, a model vllm-cpu cannot roll out (`vllm_cpu_models.vllm_cpu_refusal`: an MLA
+    latent other than DeepSeek's, MoE on a vllm-cpu release mindrl's expert-reload fix is not
+    for) gets the HF engine under `auto`, with a warning, and is refused under an explicit
+    `vllm`. The engine builder and the memory plan both ask here, so the dry run plans the
+    engine the run builds.
     """
-    if backend != "vllm" or accelerator != "cpu" or not moe:
+    if backend != "vllm" or accelerator != "cpu" or not (traits.moe or traits.mla_width):
+        return BackendChoice(backend)
+    why = vllm_cpu_refusal(traits, vllm_cpu_version())
+    if not why:
         return BackendChoice(backend)
     if requested == "vllm":
-        return BackendChoice(
-            backend, refusal=f"rollout_backend=vllm with a MoE model on cpu: {MOE_ON_VLLM_CPU}"
-        )
-    return BackendChoice("hf", warning=f"MoE rollout uses the HF backend on cpu: {MOE_ON_VLLM_CPU}")
+        return BackendChoice(backend, refusal=f"rollout_backend=vllm on cpu: {why}")
+    return BackendChoice("hf", warning=f"rollout uses the HF backend on cpu: {why}")
 
 
 def is_moe_checkpoint(model_dir: str | Path) -> bool:
-    """Whether the HF folder's config.json describes a mixture-of-experts model (Qwen-MoE's
-    `num_experts`, Mixtral's `num_local_experts`, DeepSeek's `n_routed_experts`)."""
-    import json
-
-    try:
-        cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    keys = ("num_experts", "num_local_experts", "n_routed_experts")
-    return isinstance(cfg, dict) and any(cfg.get(k) for k in keys)
+    """Whether the HF folder's config.json describes a mixture-of-experts model."""
+    return RolloutModelTraits.of_checkpoint(model_dir).moe
 
 
 def build_rollout_engine(
@@ -140,7 +142,8 @@ def build_rollout_engine(
     name = accelerator or get_accelerator().name
     requested = generate_cfg.rollout_backend
     resolved = resolve_rollout_backend(requested, name)
-    choice = model_rollout_backend(resolved, requested, name, is_moe_checkpoint(model_dir))
+    traits = RolloutModelTraits.of_checkpoint(model_dir)
+    choice = model_rollout_backend(resolved, requested, name, traits)
     if choice.refusal:
         from mindrl.rollout.vllm_options import VLLMUnavailableError
 

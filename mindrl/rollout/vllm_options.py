@@ -53,6 +53,7 @@ class VLLMEngineOptions:
     seed: int = 0
     external_launcher: bool = False
     torchair_graph: bool = False  # vllm-ascend graph mode; NPU only
+    enable_expert_parallel: bool = False  # vLLM: whole experts per TP rank of the engine
 
     @classmethod
     def from_config(
@@ -82,6 +83,7 @@ class VLLMEngineOptions:
             seed=seed,
             external_launcher=external_launcher,
             torchair_graph=cfg.torchair_graph,
+            enable_expert_parallel=cfg.enable_expert_parallel,
         )
 
     def engine_kwargs(
@@ -132,6 +134,8 @@ class VLLMEngineOptions:
                 batched = self.max_model_len
         if batched is not None:
             kwargs["max_num_batched_tokens"] = batched
+        if self.enable_expert_parallel:
+            kwargs["enable_expert_parallel"] = True
         if self.external_launcher:
             kwargs["distributed_executor_backend"] = "external_launcher"
         if self.torchair_graph:

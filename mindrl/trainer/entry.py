@@ -177,11 +177,9 @@ def coordinate_on_one_thread() -> None:
 
 
 # Refused keys a dry run still plans around (a real run refuses them): the rest of the config
-# has a plan worth showing (MindSpeed-RL's MoE configs ask for expert-parallel rollout).
-PLANNED_AROUND = (
-    "generate_config.enable_expert_parallel",
-    "generate_config.infer_expert_parallel_size",
-)
+# has a plan worth showing (MindSpeed-RL's MoE configs ask for expert-parallel rollout over
+# vLLM data-parallel replicas).
+PLANNED_AROUND = ("generate_config.infer_expert_parallel_size",)
 
 
 def load_for_entry(args: Any, overrides: list[str]) -> tuple[RunConfig, dict[str, Any], list[str]]:
@@ -196,7 +194,7 @@ def load_for_entry(args: Any, overrides: list[str]) -> tuple[RunConfig, dict[str
         if not args.dry_run or not keys or len(keys) != len(exc.problems):
             raise
         run, raw = load_run_config(args.config_name, [*overrides, *(f"~{k}" for k in keys)], **load)
-        note = "; the dry run above planned the run without it (every rollout engine holds every expert)"
+        note = "; the dry run above planned the run without it (experts over each engine's ranks)"
         return run, raw, [f"{p}{note}" for p in exc.problems]
 
 

@@ -30,6 +30,8 @@ DEEPSEEK_FIELDS: dict[str, Any] = dict(
     num_experts_per_tok=4,
     first_k_dense_replace=1,
     norm_topk_prob=True,
+    topk_method="noaux_tc",  # as DeepSeek-V3's config.json: vLLM reads these two
+    scoring_func="sigmoid",
     max_position_embeddings=256,
     rope_parameters={
         "rope_type": "yarn",

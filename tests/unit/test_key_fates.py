@@ -495,7 +495,6 @@ def test_a_dashed_key_is_read_as_mindspeed_does():
 REFUSED = [
     ("rl_config.share_backbone=true", "the shared backbone can only be used with LoRA"),
     ("rl_config.tp_split_expert=true", "expert-parallel rollout): not built yet"),
-    ("generate_config.enable_expert_parallel=true", "expert-parallel rollout: not built yet"),
     ("generate_config.infer_pipeline_parallel_size=2", "pipeline-parallel rollout"),
     (
         "megatron_training.context_parallel_algo=hybrid_cp_algo",

