@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from mindrl.data.tool_kwargs import create_kwargs
 from mindrl.rollout.agent_turns import (
     STOP_CALLS,
     STOP_LENGTH,
@@ -91,15 +92,18 @@ class AgentLoop:
         prompts: Sequence[list[int]],
         sampling: RolloutSampling,
         prompt_seeds: Sequence[int],
-        sample_fields: Sequence[Mapping[str, Any]] | None = None,
+        tools_kwargs: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[Trajectory]:
-        """``sampling.n`` trajectories per prompt, ordered by (prompt, sample)."""
+        """``sampling.n`` trajectories per prompt, ordered by (prompt, sample); each sample's
+        tools are created with its prompt's ``tools_kwargs`` (`mindrl.data.tool_kwargs`)."""
+        if tools_kwargs is not None and len(tools_kwargs) != len(prompts):
+            raise ValueError(f"{len(tools_kwargs)} tools_kwargs for {len(prompts)} prompts")
         jobs = []
         for p, prompt in enumerate(prompts):
-            fields = dict(sample_fields[p]) if sample_fields else {}
+            kwargs = tools_kwargs[p] if tools_kwargs is not None else None
             for i in range(sampling.n):
                 seed = _seed(prompt_seeds[p], i, 0)
-                jobs.append(self.run_sample(list(prompt), sampling, seed, fields))
+                jobs.append(self.run_sample(list(prompt), sampling, seed, kwargs))
         return list(await asyncio.gather(*jobs))
 
     async def run_sample(
@@ -107,15 +111,15 @@ class AgentLoop:
         prompt: list[int],
         sampling: RolloutSampling,
         seed: int,
-        fields: Mapping[str, Any] | None = None,
+        tools_kwargs: Mapping[str, Any] | None = None,
     ) -> Trajectory:
         self._instances += 1
         instance_id = f"sample-{self._instances}"
         created: list[Tool] = []
         traj = Trajectory(prompt_ids=prompt)
         try:
-            for tool in self.tools.values():
-                await tool.create(instance_id, **dict(fields or {}))
+            for name, tool in self.tools.items():
+                await tool.create(instance_id, **create_kwargs(tools_kwargs, name))
                 created.append(tool)
             await self._loop(traj, sampling, seed, instance_id)
         finally:

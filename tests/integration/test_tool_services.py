@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from mindrl.tools.registry import load_tools, read_tool_config
 from mindrl.tools.retrieval_server import RetrievalServer
 from mindrl.tools.sandbox_server import PIDS_CGROUP_V1, SandboxLimits, SandboxServer
 from mindrl.tools.search import SearchTool
+from tests.local_ports import OTHER_LOOPBACK, unused_port
 
 RETOOL_YAML = """tools:
   - class_name: "mindspeed_rl.tools.retool.ReTool"
@@ -84,9 +84,7 @@ CORPUS = [
 
 
 def free_loopback_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return unused_port("127.0.0.1")
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +196,8 @@ def test_embedded_servers_start_where_a_loopback_url_does_not_answer(
 
 
 def test_a_service_that_cannot_be_stood_in_for_is_named(tmp_path: Path) -> None:
-    remote = "http://192.0.2.1:9/run_code"  # TEST-NET-1: never answers
+    # a host mindrl does not stand in for, on this machine's loopback: refused at once
+    remote = f"http://{OTHER_LOOPBACK}:{unused_port(OTHER_LOOPBACK)}/run_code"
     (tmp_path / "remote.yaml").write_text(RETOOL_YAML.format(url=remote, timeout=5))
     problems = check_tool_services(read_tool_config(tmp_path / "remote.yaml"))
     assert problems == [f"tool code_interpreter: {remote} does not answer"]
