@@ -13,8 +13,9 @@ worker both call `run_agent_rollout`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,6 +32,8 @@ from mindrl.rollout.agent_turns import (
 from mindrl.rollout.base import RolloutRow, RolloutSampling
 from mindrl.tools.base import Tool, ToolCall, ToolResult
 from mindrl.tools.parsers import ToolCallParser
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -116,19 +119,45 @@ class AgentLoop:
         self._instances += 1
         instance_id = f"sample-{self._instances}"
         created: list[Tool] = []
+        unusable: dict[str, str] = {}  # tools whose create() failed: their calls answer why
         traj = Trajectory(prompt_ids=prompt)
         try:
             for name, tool in self.tools.items():
-                await tool.create(instance_id, **create_kwargs(tools_kwargs, name))
-                created.append(tool)
-            await self._loop(traj, sampling, seed, instance_id)
+                kwargs = create_kwargs(tools_kwargs, name)
+                failure = await self._bounded(tool.create(instance_id, **kwargs), name, "create")
+                if failure is None:
+                    created.append(tool)
+                else:
+                    unusable[name] = failure
+                    traj.tool_errors += 1
+            await self._loop(traj, sampling, seed, instance_id, unusable)
         finally:
             for tool in created:
-                await tool.release(instance_id)
+                failure = await self._bounded(tool.release(instance_id), tool.name, "release")
+                if failure is not None:
+                    logger.warning("%s (sample %s)", failure, instance_id)
+                    traj.tool_errors += 1
         return traj
 
+    async def _bounded(self, step: Awaitable[None], tool: str, what: str) -> str | None:
+        """A tool's create() / release(), bounded by the call timeout: None when it finished,
+        else why not (a failing tool costs its sample's calls, never the rollout)."""
+        timeout = self.settings.tool_timeout_s
+        try:
+            await asyncio.wait_for(step, timeout)
+        except asyncio.TimeoutError:
+            return f"{tool}.{what}() did not finish within {timeout:g} s"
+        except Exception as exc:  # a tool's own failure must not end the rollout
+            return f"{tool}.{what}() failed: {exc!r}"[:500]
+        return None
+
     async def _loop(
-        self, traj: Trajectory, sampling: RolloutSampling, seed: int, instance_id: str
+        self,
+        traj: Trajectory,
+        sampling: RolloutSampling,
+        seed: int,
+        instance_id: str,
+        unusable: Mapping[str, str],
     ) -> None:
         limits = self.settings
         while True:
@@ -155,7 +184,7 @@ class AgentLoop:
             calls = parsed.calls[: max(0, min(limits.max_parallel_calls, remaining) - len(answers))]
             traj.tool_calls += len(calls)
             started = time.perf_counter()
-            results = await asyncio.gather(*(self._call(c, instance_id) for c in calls))
+            results = await asyncio.gather(*(self._call(c, instance_id, unusable) for c in calls))
             traj.tool_seconds += time.perf_counter() - started
             for result in results:
                 traj.bad_calls += result.error == "bad_call"
@@ -174,7 +203,9 @@ class AgentLoop:
                 return
             traj.add_tool_turn(ids)
 
-    async def _call(self, call: ToolCall, instance_id: str) -> ToolResult:
+    async def _call(
+        self, call: ToolCall, instance_id: str, unusable: Mapping[str, str]
+    ) -> ToolResult:
         """One call, bounded; the model's mistakes and the tool's failures become error texts."""
         tool = self.tools.get(call.name)
         if tool is None:
@@ -182,6 +213,8 @@ class AgentLoop:
             return ToolResult(
                 f"Error: there is no tool named {call.name!r} (tools: {known}).", error="bad_call"
             )
+        if call.name in unusable:
+            return ToolResult(f"Error: {unusable[call.name]}.", error="error")
         missing = [a for a in tool.schema.required if a not in call.arguments]
         if missing:
             return ToolResult(
