@@ -16,15 +16,16 @@ TINY_PROMPTS_VERSION = 1
 TINY_PROMPTS_SIZE = 256
 
 
-def _build_store(target: Path, values: dict) -> Path:
-    """Run `arithmetic_smollm2`'s preprocessing with `values` into `target` (cached)."""
+def _build_store(target: Path, values: dict, config_name: str = "arithmetic_smollm2") -> Path:
+    """Run the dataset config `config_name`'s preprocessing with `values` into `target`
+    (cached)."""
     from mindrl.data.preprocess import run_preprocess
     from mindrl.data.store import is_store
 
     if is_store(target):
         return target
     values = {"output_prefix": str(target), "log_interval": 10_000, **values}
-    config = load_preprocess_config("arithmetic_smollm2", CONFIG_DIR / "datasets", values=values)
+    config = load_preprocess_config(config_name, CONFIG_DIR / "datasets", values=values)
     run_preprocess(config, log=lambda _msg: None)
     return target
 
@@ -50,6 +51,18 @@ def smollm2_prompts_dir() -> Path:
             },
         },
     )
+
+
+SMOLLM2_TOOL_PROMPTS_VERSION = 1
+
+
+def smollm2_tool_prompts_dir() -> Path:
+    """Cached store of reasoning-gym `basic_arithmetic` problems (two three-digit terms) in the
+    `qwen_retool` template for SmolLM2: the `arithmetic_retool_smollm2` dataset config as
+    shipped (`grpo_tool_smollm2_cpu`)."""
+    target = assets_root() / f"smollm2-tool-prompts-v{SMOLLM2_TOOL_PROMPTS_VERSION}"
+    values = {"tokenizer_name_or_path": str(smollm2_dir())}
+    return _build_store(target, values, config_name="arithmetic_retool_smollm2")
 
 
 def tiny_prompts_dir() -> Path:

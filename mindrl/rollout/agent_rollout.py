@@ -15,6 +15,7 @@ from mindrl.rollout.agent_turns import ToolTurnRenderer
 
 if TYPE_CHECKING:
     from mindrl.config.rl_features import RolloutModeConfig
+    from mindrl.data.tool_kwargs import ToolsKwargs
     from mindrl.rollout.base import RolloutEngine, RolloutRow, RolloutSampling
     from mindrl.tools.base import Tool
 
@@ -64,9 +65,14 @@ class AgentRollout:
         return cls(tools, tokenizer, loop_settings(mode), tool_parser_name(mode.tool_parser_format))
 
     def generate(
-        self, engine: RolloutEngine, prompts: list[list[int]], sampling: RolloutSampling
+        self,
+        engine: RolloutEngine,
+        prompts: list[list[int]],
+        sampling: RolloutSampling,
+        tools_kwargs: list[ToolsKwargs] | None = None,
     ) -> list[RolloutRow]:
-        """``sampling.n`` multi-turn responses per prompt, ordered by (prompt, sample)."""
+        """``sampling.n`` multi-turn responses per prompt, ordered by (prompt, sample); the
+        tools of a prompt's samples are created with its ``tools_kwargs``."""
         from mindrl.rollout.vllm_engine import VLLMRolloutEngine
         from mindrl.rollout.vllm_turns import VLLMTurnPolicy
 
@@ -80,7 +86,9 @@ class AgentRollout:
         policy = VLLMTurnPolicy(engine, self.tokenizer)
         agent = AgentLoop(policy, self.tools, self.parser, self.renderer, self.settings)
         try:
-            trajectories = self._loop.run_until_complete(agent.run(prompts, sampling, seeds))
+            trajectories = self._loop.run_until_complete(
+                agent.run(prompts, sampling, seeds, tools_kwargs)
+            )
         finally:
             policy.close()
         return trajectory_rows(trajectories, sampling.n)

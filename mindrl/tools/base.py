@@ -92,8 +92,10 @@ class Tool(ABC):
     def name(self) -> str:
         return self.schema.name
 
-    async def create(self, instance_id: str, **sample: Any) -> None:
-        """Set up per-sample state (``sample`` holds the row's fields, e.g. its ground truth)."""
+    async def create(self, instance_id: str, **create_kwargs: Any) -> None:
+        """Set up per-sample state: ``create_kwargs`` are the dataset row's
+        ``tools_kwargs[<this tool's name>]["create_kwargs"]`` (e.g. its ground truth; verl's
+        format, `mindrl.data.tool_kwargs`), none when the row has none."""
         return None
 
     @abstractmethod

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mindrl.tools.base import ToolResult, ToolSchema
-from mindrl.tools.http_service import ServiceError, check_service_url, post_json
+from mindrl.tools.http_service import ServiceError, post_json
 from mindrl.tools.service_tool import SHARED_KEYS, ServiceTool, bounded_text, warn_unknown_keys
 
 CLIENT_SLACK_S = 10.0
@@ -32,13 +32,11 @@ KEYS = (
 class CodeInterpreterTool(ServiceTool):
     """SandboxFusion's code runner as a tool: ``{"code": ...}`` (optionally ``language``, ``timeout``)."""
 
+    url_key = "sandbox_fusion_url"
+
     def __init__(self, config: Mapping[str, Any], schema: ToolSchema) -> None:
         super().__init__(config, schema, default_workers=10)
         warn_unknown_keys(schema.name, self.config, KEYS)
-        self.url = str(self.config.get("sandbox_fusion_url") or "")
-        if not self.url:
-            raise ValueError(f"tool {schema.name}: config.sandbox_fusion_url is not set")
-        check_service_url(self.url, f"tool {schema.name}: config.sandbox_fusion_url")
         self.default_timeout = float(self.config.get("default_timeout", 30))
         self.default_language = str(self.config.get("default_language", "python"))
         self.memory_limit_mb = int(self.config.get("memory_limit_mb", 1024))

@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 logger = logging.getLogger(__name__)
@@ -176,3 +176,46 @@ class LoopbackServer:
             self._server.shutdown()
             self._thread.join(timeout=10)
         self._server.server_close()
+
+
+class EmbeddedService:
+    """What mindrl's embedded servers share: one POST path served on 127.0.0.1 by a
+    `LoopbackServer`, its URL while it runs, a stop that can be called twice.
+
+    A subclass (a dataclass with a ``port`` field; 0 picks a free port) names ``path`` and
+    ``what``, handles the path's requests in ``handle`` and calls ``serve(health)`` from its
+    ``start()``.
+    """
+
+    path: ClassVar[str]
+    what: ClassVar[str]  # "sandbox", "retrieval": for messages
+    port: int
+    _server: LoopbackServer | None = None
+
+    def handle(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        raise NotImplementedError
+
+    def serve(self, health: Mapping[str, Any]) -> None:
+        self._server = LoopbackServer(
+            routes={self.path: self.handle}, health=health, port=self.port
+        ).start()
+        self.port = self._server.port
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError(f"the {self.what} server is not started")
+        return self._server.url(self.path)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def serve_until_interrupted(self) -> None:
+        """For a server's own command line: print the URL, serve until Ctrl-C, stop."""
+        print(f"mindrl {self.what} serving {self.url}", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            self.stop()

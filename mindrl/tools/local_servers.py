@@ -1,9 +1,10 @@
 """The embedded tool servers: started when a tool's URL is on this machine and nothing answers.
 
-The agent loop calls ``ensure_local_servers(tools)`` at start-up and ``.stop()`` at the end;
-the dry run calls ``check_tool_services(entries)`` to name, before anything starts, a service
-that is down and that mindrl cannot stand in for (not on localhost, or a search tool without
-``retrieval_corpus``).
+The driver calls ``ensure_local_servers(entries)`` at start-up and ``.stop()`` at the end; the
+dry run calls ``check_tool_services(entries)`` to name, before anything starts, a service that
+is down and that mindrl cannot stand in for (not on localhost, or a search tool without
+``retrieval_corpus``). Both read the tool YAML's entries: no tool is instantiated to learn
+its URL (`ServiceTool.service_url` reads it from the entry's config).
 """
 
 from __future__ import annotations
@@ -12,11 +13,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
 
-from mindrl.tools.base import Tool
 from mindrl.tools.code_interpreter import CodeInterpreterTool
-from mindrl.tools.http_service import host_port, is_loopback, port_answers
+from mindrl.tools.http_service import EmbeddedService, host_port, is_loopback, port_answers
 from mindrl.tools.registry import ToolEntry, tool_class
 from mindrl.tools.retrieval_server import RetrievalServer
 from mindrl.tools.sandbox_server import SandboxLimits, SandboxServer
@@ -25,15 +24,11 @@ from mindrl.tools.search import SearchTool
 logger = logging.getLogger(__name__)
 
 
-class _Server(Protocol):
-    def stop(self) -> None: ...
-
-
 @dataclass
 class LocalServers:
     """The embedded servers this run started; ``stop()`` ends them all."""
 
-    servers: list[_Server] = field(default_factory=list)
+    servers: list[EmbeddedService] = field(default_factory=list)
 
     def stop(self) -> None:
         while self.servers:
@@ -86,24 +81,32 @@ class _Service:
         return None
 
 
-def _service(name: str, cls: type[Tool], config: Mapping[str, Any]) -> _Service | None:
-    if issubclass(cls, CodeInterpreterTool):
-        return _Service(name, "sandbox", str(config.get("sandbox_fusion_url") or ""))
-    if issubclass(cls, SearchTool):
-        url = str(config.get("retrieval_service_url") or "")
-        return _Service(name, "retrieval", url, str(config.get("retrieval_corpus") or ""))
-    return None
+def _services(entries: Sequence[ToolEntry], base_dir: Path | str) -> list[_Service]:
+    """The services of the built-in tools among ``entries`` that name a URL."""
+    services = []
+    for entry in entries:
+        cls = tool_class(entry.class_name, Path(base_dir))
+        if issubclass(cls, CodeInterpreterTool):
+            kind, corpus = "sandbox", ""
+        elif issubclass(cls, SearchTool):
+            kind, corpus = "retrieval", SearchTool.corpus_of(entry.config)
+        else:
+            continue
+        url = cls.service_url(entry.config)
+        if url:
+            services.append(_Service(entry.schema.name, kind, url, corpus))
+    return services
 
 
-def ensure_local_servers(tools: Mapping[str, Tool], memory_mb: int | None = None) -> LocalServers:
-    """Start an embedded server for each loopback URL where nothing answers; raise for the rest."""
+def ensure_local_servers(
+    entries: Sequence[ToolEntry], base_dir: Path | str = ".", memory_mb: int | None = None
+) -> LocalServers:
+    """Start an embedded server for each loopback URL where nothing answers; raise for the rest
+    (``base_dir``: where a ``file.py:Class`` tool's file is found, the tool YAML's folder)."""
     started = LocalServers()
     taken: dict[int, str] = {}
     try:
-        for name, tool in tools.items():
-            service = _service(name, type(tool), tool.config)
-            if service is None or not service.url:
-                continue
+        for service in _services(entries, base_dir):
             if not service.needs_stand_in(taken):
                 continue
             port = host_port(service.url)[1]
@@ -120,7 +123,7 @@ def ensure_local_servers(tools: Mapping[str, Tool], memory_mb: int | None = None
             taken[port] = service.kind
             logger.info(
                 "tool %s: nothing answered at %s, embedded %s server started there",
-                name,
+                service.tool,
                 service.url,
                 service.kind,
             )
@@ -134,12 +137,7 @@ def check_tool_services(entries: Sequence[ToolEntry], base_dir: Path | str = "."
     """One line per tool whose service is down and cannot be stood in for (the dry run warns)."""
     problems = []
     planned: dict[int, str] = {}
-    for entry in entries:
-        service = _service(
-            entry.schema.name, tool_class(entry.class_name, Path(base_dir)), entry.config
-        )
-        if service is None or not service.url:
-            continue
+    for service in _services(entries, base_dir):
         if not service.needs_stand_in(planned):
             continue
         problem = service.problem(planned)

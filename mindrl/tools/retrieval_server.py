@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mindrl.tools.http_service import LoopbackServer
+from mindrl.tools.http_service import EmbeddedService
 
 logger = logging.getLogger(__name__)
 
@@ -89,9 +89,11 @@ def read_corpus(path: str | Path) -> list[dict[str, Any]]:
 
 
 @dataclass
-class RetrievalServer:
+class RetrievalServer(EmbeddedService):
     """The ``/retrieve`` service over one corpus; ``start()`` binds 127.0.0.1."""
 
+    path = "/retrieve"
+    what = "retrieval"
     corpus_path: str | Path
     port: int = 0
     max_topk: int = 100
@@ -99,15 +101,9 @@ class RetrievalServer:
 
     def __post_init__(self) -> None:
         self.index = BM25Index(read_corpus(self.corpus_path))
-        self._server: LoopbackServer | None = None
 
     def start(self) -> RetrievalServer:
-        self._server = LoopbackServer(
-            routes={"/retrieve": self.retrieve},
-            health={"service": "mindrl retrieval", "documents": len(self.index.documents)},
-            port=self.port,
-        ).start()
-        self.port = self._server.port
+        self.serve({"service": "mindrl retrieval", "documents": len(self.index.documents)})
         logger.info(
             "embedded retrieval on 127.0.0.1:%d over %s (%d documents)",
             self.port,
@@ -116,16 +112,8 @@ class RetrievalServer:
         )
         return self
 
-    @property
-    def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the retrieval server is not started")
-        return self._server.url("/retrieve")
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
+    def handle(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return self.retrieve(request)
 
     def retrieve(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         queries = request.get("queries")
@@ -147,19 +135,13 @@ class RetrievalServer:
 def main() -> None:
     """``python -m mindrl.tools.retrieval_server CORPUS.jsonl --port 8000``: serve until interrupted."""
     import argparse
-    import threading
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("corpus")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
-    server = RetrievalServer(args.corpus, port=args.port).start()
-    print(f"mindrl retrieval serving {server.url}", flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        server.stop()
+    RetrievalServer(args.corpus, port=args.port).start().serve_until_interrupted()
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from mindrl.tools.http_service import LoopbackServer
+from mindrl.tools.http_service import EmbeddedService
 
 logger = logging.getLogger(__name__)
 
@@ -152,16 +152,17 @@ def _remove_cgroup(cgroup: Path) -> None:
 
 
 @dataclass
-class SandboxServer:
+class SandboxServer(EmbeddedService):
     """The ``/run_code`` service; ``start()`` binds 127.0.0.1 (``port`` 0: a free one)."""
 
+    path = "/run_code"
+    what = "sandbox"
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     port: int = 0
     isolation: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._slots = threading.BoundedSemaphore(self.limits.max_concurrent)
-        self._server: LoopbackServer | None = None
 
     def start(self) -> SandboxServer:
         self.isolation = probe_isolation(self.limits.namespaces)
@@ -186,25 +187,12 @@ class SandboxServer:
         ]
         if missing:
             logger.warning("embedded sandbox: this machine gives no %s", "; no ".join(missing))
-        self._server = LoopbackServer(
-            routes={"/run_code": self.run_code},
-            health={"service": "mindrl sandbox", "languages": ["python"], **self.isolation},
-            port=self.port,
-        ).start()
-        self.port = self._server.port
+        self.serve({"service": "mindrl sandbox", "languages": ["python"], **self.isolation})
         logger.info("embedded sandbox on 127.0.0.1:%d (isolation: %s)", self.port, self.isolation)
         return self
 
-    @property
-    def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the sandbox server is not started")
-        return self._server.url("/run_code")
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
+    def handle(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return self.run_code(request)
 
     def run_code(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """One SandboxFusion ``RunCodeRequest`` -> ``(HTTP status, RunCodeResponse)``."""
@@ -387,12 +375,8 @@ def main() -> None:
     parser.add_argument("--memory-mb", type=int, default=SandboxLimits.default_memory_mb)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
-    server = SandboxServer(SandboxLimits(default_memory_mb=args.memory_mb), port=args.port).start()
-    print(f"mindrl sandbox serving {server.url}", flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        server.stop()
+    limits = SandboxLimits(default_memory_mb=args.memory_mb)
+    SandboxServer(limits, port=args.port).start().serve_until_interrupted()
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mindrl.tools.base import ToolResult, ToolSchema
-from mindrl.tools.http_service import ServiceError, check_service_url, post_json
+from mindrl.tools.http_service import ServiceError, post_json
 from mindrl.tools.service_tool import SHARED_KEYS, ServiceTool, bounded_text, warn_unknown_keys
 
 KEYS = ("retrieval_service_url", "topk", "timeout", "retrieval_corpus", *SHARED_KEYS)
@@ -34,17 +34,18 @@ def passages_text(documents: Sequence[Mapping[str, Any]]) -> str:
 class SearchTool(ServiceTool):
     """``{"query_list": [...]}`` -> the top ``topk`` passages of each query."""
 
+    url_key = "retrieval_service_url"
+
+    @staticmethod
+    def corpus_of(config: Mapping[str, Any]) -> str:
+        """``retrieval_corpus`` ("" when unset): what an embedded retrieval server would serve."""
+        return str(config.get("retrieval_corpus") or "")
+
     def __init__(self, config: Mapping[str, Any], schema: ToolSchema) -> None:
         super().__init__(config, schema, default_workers=120)
         warn_unknown_keys(schema.name, self.config, KEYS)
-        self.url = str(self.config.get("retrieval_service_url") or "")
-        if not self.url:
-            raise ValueError(f"tool {schema.name}: config.retrieval_service_url is not set")
-        check_service_url(self.url, f"tool {schema.name}: config.retrieval_service_url")
         self.topk = int(self.config.get("topk", 3))
         self.timeout = float(self.config.get("timeout", 30))
-        corpus = self.config.get("retrieval_corpus")
-        self.corpus = str(corpus) if corpus else None
 
     async def execute(self, instance_id: str, arguments: Mapping[str, Any]) -> ToolResult:
         queries = arguments.get("query_list")

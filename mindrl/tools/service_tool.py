@@ -14,9 +14,10 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from mindrl.tools.base import Tool, ToolSchema
+from mindrl.tools.http_service import check_service_url
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -63,10 +64,26 @@ def warn_unknown_keys(tool: str, config: Mapping[str, Any], known: tuple[str, ..
 
 
 class ServiceTool(Tool):
-    """A tool whose calls are blocking HTTP requests, run on a bounded pool off the event loop."""
+    """A tool whose calls are blocking HTTP requests, run on a bounded pool off the event loop.
+
+    ``url_key`` names the config key that holds the service's URL: read by the tool, and from
+    the tool YAML alone (`service_url`) by whoever checks or stands in for the service before
+    any tool exists (`mindrl.tools.local_servers`).
+    """
+
+    url_key: ClassVar[str]
+
+    @classmethod
+    def service_url(cls, config: Mapping[str, Any]) -> str:
+        """The service URL a tool of this class would call with ``config`` ("" when unset)."""
+        return str(config.get(cls.url_key) or "")
 
     def __init__(self, config: Mapping[str, Any], schema: ToolSchema, default_workers: int) -> None:
         super().__init__(config, schema)
+        self.url = self.service_url(self.config)
+        if not self.url:
+            raise ValueError(f"tool {schema.name}: config.{self.url_key} is not set")
+        check_service_url(self.url, f"tool {schema.name}: config.{self.url_key}")
         tool_type = str(self.config.get("type", "native"))
         if tool_type != "native":
             raise ValueError(

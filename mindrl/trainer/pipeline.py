@@ -33,7 +33,12 @@ from typing import Any
 
 from mindrl.data.batch import SampleBatch
 from mindrl.trainer.metrics import Timer
-from mindrl.trainer.rollout_step import rows_to_batch, spread_prompts, step_sampling
+from mindrl.trainer.rollout_step import (
+    rows_to_batch,
+    spread_prompts,
+    step_sampling,
+    tools_kwargs_per_rank,
+)
 from mindrl.trainer.scoring import Scored, score_batch
 from mindrl.trainer.setup import Trainer
 
@@ -178,7 +183,9 @@ class StalenessPipeline:
         prompts, chunks, slices = spread_prompts(self.rollout, records)
         self.rollout.rollout_mode()  # the engines stay awake: their devices are their own
         refs = self.rollout.generate_async(
-            [list(chunks[s]) for s in slices], step_sampling(self.t.run, step)
+            [list(chunks[s]) for s in slices],
+            step_sampling(self.t.run, step),
+            tools_kwargs_per_rank(records, slices),
         )
         return InFlight(
             step=step,

@@ -10,6 +10,7 @@ from typing import Any
 from mindrl.cluster.calls import split_evenly
 from mindrl.config.run import RunConfig
 from mindrl.data.batch import SampleBatch, build_sample_batch
+from mindrl.data.tool_kwargs import ToolsKwargs, record_tools_kwargs
 from mindrl.rollout.base import RolloutRow, RolloutSampling
 from mindrl.workers.facades import RolloutGenerator
 
@@ -68,8 +69,22 @@ def generate_batch(
 ) -> SampleBatch:
     """n responses per prompt record, one slice of the prompts per generating rank."""
     prompts, chunks, slices = spread_prompts(generator, records)
-    rows_by_rank = generator.generate_in_rollout_mode([list(chunks[s]) for s in slices], sampling)
+    rows_by_rank = generator.generate_in_rollout_mode(
+        [list(chunks[s]) for s in slices], sampling, tools_kwargs_per_rank(records, slices)
+    )
     return rows_to_batch(records, prompts, chunks, slices, rows_by_rank, pad_id)
+
+
+def tools_kwargs_per_rank(
+    records: Sequence[Any], slices: Sequence[int]
+) -> list[list[ToolsKwargs]] | None:
+    """Each generating rank's tools_kwargs, one per prompt of its slice (split as
+    `spread_prompts` splits the prompts); None when no record has any."""
+    kwargs = [record_tools_kwargs(getattr(r, "metadata", None)) for r in records]
+    if not any(kwargs):
+        return None
+    chunks = split_evenly(kwargs, max(slices) + 1)
+    return [list(chunks[s]) for s in slices]
 
 
 def generate_rows(

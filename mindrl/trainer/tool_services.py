@@ -47,7 +47,7 @@ def tool_services(run: RunConfig) -> Iterator[None]:
         yield
         return
     from mindrl.tools.local_servers import ensure_local_servers
-    from mindrl.tools.registry import load_tools
+    from mindrl.tools.registry import read_tool_config
 
-    with ensure_local_servers(load_tools(path)):
+    with ensure_local_servers(read_tool_config(path), path.parent):
         yield

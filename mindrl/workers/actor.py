@@ -19,6 +19,7 @@ from mindrl.workers.trainable import TrainableWorker
 
 if TYPE_CHECKING:
     from mindrl.data.batch import SampleBatch
+    from mindrl.data.tool_kwargs import ToolsKwargs
     from mindrl.models.optimizer import TrainingOptimizer
     from mindrl.models.weight_snapshot import WeightSnapshot
     from mindrl.rollout.base import RolloutRow, RolloutSampling
@@ -123,9 +124,12 @@ class ActorWorker(TrainableWorker):
 
     @profiled("actor_generate")
     def generate(
-        self, prompts: list[list[int]], sampling: RolloutSampling
+        self,
+        prompts: list[list[int]],
+        sampling: RolloutSampling,
+        tools_kwargs: list[ToolsKwargs] | None = None,
     ) -> list[RolloutRow] | None:
-        return self._hybrid().generate(prompts, sampling)
+        return self._hybrid().generate(prompts, sampling, tools_kwargs)
 
     def sync_weights(self) -> dict[str, float]:
         return self._hybrid().sync_weights(self.model_chunks)
@@ -139,12 +143,15 @@ class ActorWorker(TrainableWorker):
 
     @profiled("actor_generate")
     def generate_in_rollout_mode(
-        self, prompts: list[list[int]], sampling: RolloutSampling
+        self,
+        prompts: list[list[int]],
+        sampling: RolloutSampling,
+        tools_kwargs: list[ToolsKwargs] | None = None,
     ) -> list[RolloutRow] | None:
         """`rollout_mode`, `generate`, `train_mode` in one call (the driver's step makes one
         round trip instead of three)."""
         self.rollout_mode()
-        rows = self.generate(prompts, sampling)
+        rows = self.generate(prompts, sampling, tools_kwargs)
         self.train_mode()
         return rows
 

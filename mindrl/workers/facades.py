@@ -25,7 +25,11 @@ if TYPE_CHECKING:
 
     from mindrl.cluster.worker_group import WorkerGroup
     from mindrl.data.batch import SampleBatch
+    from mindrl.data.tool_kwargs import ToolsKwargs
     from mindrl.rollout.base import RolloutRow, RolloutSampling
+
+    # per rank, one tools_kwargs per prompt of its slice (None: no prompt has any)
+    ToolsKwargsPerRank = list[list[ToolsKwargs]] | None
 
 
 class RolloutGenerator(Protocol):
@@ -36,7 +40,10 @@ class RolloutGenerator(Protocol):
         ...
 
     def generate(
-        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+        self,
+        prompts_per_rank: list[list[list[int]]],
+        sampling: RolloutSampling,
+        tools_kwargs_per_rank: ToolsKwargsPerRank = None,
     ) -> list[list[RolloutRow] | None]: ...
 
     def rollout_mode(self) -> None: ...
@@ -44,12 +51,15 @@ class RolloutGenerator(Protocol):
     def train_mode(self) -> None: ...
 
     def generate_in_rollout_mode(
-        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+        self,
+        prompts_per_rank: list[list[list[int]]],
+        sampling: RolloutSampling,
+        tools_kwargs_per_rank: ToolsKwargsPerRank = None,
     ) -> list[list[RolloutRow] | None]:
         """Rollout mode, `generate`, train mode: one batch between two mode switches. A
         generator whose ranks can switch on their own does the three in one call per rank."""
         self.rollout_mode()
-        rows = self.generate(prompts_per_rank, sampling)
+        rows = self.generate(prompts_per_rank, sampling, tools_kwargs_per_rank)
         self.train_mode()
         return rows
 
@@ -68,6 +78,22 @@ class PendingLogProbs:
         import torch
 
         return torch.cat(self.group.collect_by_dp(self.group.gather(self.refs)), dim=0)
+
+
+def _dispatch_generate(
+    group: WorkerGroup,
+    method: Any,
+    prompts_per_rank: list[list[list[int]]],
+    sampling: RolloutSampling,
+    tools_kwargs_per_rank: ToolsKwargsPerRank,
+) -> list[Any]:
+    """Each rank's `method(prompts, sampling[, tools_kwargs])`, refs in rank order."""
+    if tools_kwargs_per_rank is None:
+        return group.dispatch_async(method, prompts_per_rank, sampling)
+    return [
+        group.execute_rank_async(r, method, prompts_per_rank[r], sampling, kwargs)
+        for r, kwargs in enumerate(tools_kwargs_per_rank)
+    ]
 
 
 def _start_log_probs(
@@ -133,9 +159,16 @@ class ActorGroup(RolloutGenerator):
         return list(self._slices)
 
     def generate(
-        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+        self,
+        prompts_per_rank: list[list[list[int]]],
+        sampling: RolloutSampling,
+        tools_kwargs_per_rank: ToolsKwargsPerRank = None,
     ) -> list[list[RolloutRow] | None]:
-        return self.group.dispatch(ActorWorker.generate, prompts_per_rank, sampling)
+        return self.group.gather(
+            _dispatch_generate(
+                self.group, ActorWorker.generate, prompts_per_rank, sampling, tools_kwargs_per_rank
+            )
+        )
 
     def rollout_mode(self) -> None:
         self.group.execute_all(ActorWorker.rollout_mode)
@@ -144,12 +177,20 @@ class ActorGroup(RolloutGenerator):
         self.group.execute_all(ActorWorker.train_mode)
 
     def generate_in_rollout_mode(
-        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+        self,
+        prompts_per_rank: list[list[list[int]]],
+        sampling: RolloutSampling,
+        tools_kwargs_per_rank: ToolsKwargsPerRank = None,
     ) -> list[list[RolloutRow] | None]:
         """Each rank switches, generates and switches back in one call (every rank runs the
         same sequence, so the collectives of the switches meet as before): two round trips
         to all ranks fewer a batch."""
-        return self.group.dispatch(ActorWorker.generate_in_rollout_mode, prompts_per_rank, sampling)
+        method = ActorWorker.generate_in_rollout_mode
+        return self.group.gather(
+            _dispatch_generate(
+                self.group, method, prompts_per_rank, sampling, tools_kwargs_per_rank
+            )
+        )
 
 
 class ReferenceGroup:
@@ -211,16 +252,26 @@ class RolloutGroup(RolloutGenerator):
         return list(range(self.group.world_size))
 
     def generate(
-        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+        self,
+        prompts_per_rank: list[list[list[int]]],
+        sampling: RolloutSampling,
+        tools_kwargs_per_rank: ToolsKwargsPerRank = None,
     ) -> list[list[RolloutRow] | None]:
-        return self.group.dispatch(RolloutWorker.generate, prompts_per_rank, sampling)
+        return self.group.gather(
+            self.generate_async(prompts_per_rank, sampling, tools_kwargs_per_rank)
+        )
 
     def generate_async(
-        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+        self,
+        prompts_per_rank: list[list[list[int]]],
+        sampling: RolloutSampling,
+        tools_kwargs_per_rank: ToolsKwargsPerRank = None,
     ) -> list[Any]:
         """Start generating and return at once (the rollout pipeline; a worker runs the
         calls it is given one after another); `collect` waits for the rows."""
-        return self.group.dispatch_async(RolloutWorker.generate, prompts_per_rank, sampling)
+        return _dispatch_generate(
+            self.group, RolloutWorker.generate, prompts_per_rank, sampling, tools_kwargs_per_rank
+        )
 
     def collect(self, refs: list[Any]) -> list[list[RolloutRow] | None]:
         return self.group.gather(refs)

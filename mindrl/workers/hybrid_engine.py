@@ -37,6 +37,7 @@ from mindrl.workers.offload import TrainingStateOffload
 from mindrl.workers.weight_transfer import stream_weights
 
 if TYPE_CHECKING:
+    from mindrl.data.tool_kwargs import ToolsKwargs
     from mindrl.rollout.agent_rollout import AgentRollout
 
 logger = logging.getLogger(__name__)
@@ -149,7 +150,10 @@ class HybridEngine:
         self._enter_rollout()
 
     def generate(
-        self, prompts: list[list[int]], sampling: RolloutSampling
+        self,
+        prompts: list[list[int]],
+        sampling: RolloutSampling,
+        tools_kwargs: list[ToolsKwargs] | None = None,
     ) -> list[RolloutRow] | None:
         """Rows for this rank's slice (None on inference-TP ranks other than the first,
         which take part in the same SPMD generation). Right after `sync_weights` the switch
@@ -159,7 +163,7 @@ class HybridEngine:
             self._enter_rollout()
         self.phases.check("generate")
         if self.agent is not None:
-            rows = self.agent.generate(self._engine(), prompts, sampling)
+            rows = self.agent.generate(self._engine(), prompts, sampling, tools_kwargs)
         else:
             rows = rollout_rows(self._engine().generate(prompts, sampling))
         self.phases.step("generate")

@@ -11,6 +11,7 @@ from mindrl.config.run import RunConfig
 from mindrl.workers.profiling import ProfiledWorker, profiled
 
 if TYPE_CHECKING:
+    from mindrl.data.tool_kwargs import ToolsKwargs
     from mindrl.rollout.agent_rollout import AgentRollout
     from mindrl.rollout.base import RolloutEngine, RolloutRow, RolloutSampling
 
@@ -47,11 +48,18 @@ class RolloutWorker(ProfiledWorker, Worker):
         return self.rank
 
     @profiled("actor_generate")
-    def generate(self, prompts: list[list[int]], sampling: RolloutSampling) -> list[RolloutRow]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        sampling: RolloutSampling,
+        tools_kwargs: list[ToolsKwargs] | None = None,
+    ) -> list[RolloutRow]:
+        """``sampling.n`` rows per prompt; ``tools_kwargs`` (one per prompt) reach the tools of
+        a multi-turn rollout (a single-turn one has no tools to give them to)."""
         from mindrl.rollout.base import rollout_rows
 
         if self.agent is not None:
-            return self.agent.generate(self._engine(), prompts, sampling)
+            return self.agent.generate(self._engine(), prompts, sampling, tools_kwargs)
         return rollout_rows(self._engine().generate(prompts, sampling))
 
     def load_weight_buckets(self, bucket_refs: list[Any]) -> int:

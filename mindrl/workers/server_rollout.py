@@ -26,6 +26,7 @@ from mindrl.workers.facades import RolloutGenerator
 
 if TYPE_CHECKING:
     from mindrl.config.generate import RolloutServerConfig
+    from mindrl.data.tool_kwargs import ToolsKwargs
     from mindrl.rollout.base import RolloutSampling
     from mindrl.workers.facades import ActorGroup
 
@@ -198,8 +199,13 @@ class ServerRolloutGroup(RolloutGenerator):
         return [0]
 
     def generate(
-        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+        self,
+        prompts_per_rank: list[list[list[int]]],
+        sampling: RolloutSampling,
+        tools_kwargs_per_rank: list[list[ToolsKwargs]] | None = None,
     ) -> list[list[RolloutRow] | None]:
+        """``tools_kwargs_per_rank`` has no tool to reach: multi-turn rollout on a user's
+        server is refused at config time (`mindrl.config.multi_turn`)."""
         (prompts,) = prompts_per_rank
         self._check_versions()
         return [rollout_rows(self._spread(prompts, sampling))]
@@ -245,12 +251,20 @@ class ServerRolloutGroup(RolloutGenerator):
         return sorted(results, key=lambda r: (r.prompt_index, r.sample_index))
 
     def generate_async(
-        self, prompts_per_rank: list[list[list[int]]], sampling: RolloutSampling
+        self,
+        prompts_per_rank: list[list[list[int]]],
+        sampling: RolloutSampling,
+        tools_kwargs_per_rank: list[list[ToolsKwargs]] | None = None,
     ) -> Future:
         """Start generating in the background (the rollout pipeline), after the batches
         already started; `collect` waits."""
         return call_in_daemon(
-            self.generate, prompts_per_rank, sampling, name="mindrl-rollout", limit=self._one_batch
+            self.generate,
+            prompts_per_rank,
+            sampling,
+            tools_kwargs_per_rank,
+            name="mindrl-rollout",
+            limit=self._one_batch,
         )
 
     def collect(self, pending: Future) -> list[list[RolloutRow] | None]:

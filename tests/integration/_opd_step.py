@@ -35,7 +35,9 @@ class LocalActor:
     def rollout_ranks(self) -> list[int]:
         return [self.worker.rollout_rank()]
 
-    def generate_in_rollout_mode(self, prompts_per_rank: Any, sampling: Any) -> Any:
+    def generate_in_rollout_mode(
+        self, prompts_per_rank: Any, sampling: Any, tools_kwargs_per_rank: Any = None
+    ) -> Any:
         return [self.worker.generate_in_rollout_mode(prompts_per_rank[0], sampling)]
 
     def log_probs(self, batch: Any) -> Any:

@@ -38,6 +38,10 @@ class Counter(Tool):
 
     def __init__(self) -> None:
         super().__init__({}, ToolSchema("count", "Counts.", {"type": "object"}))
+        self.tags: list[str] = []  # what each sample's create() was given
+
+    async def create(self, instance_id: str, **create_kwargs: Any) -> None:
+        self.tags.append(create_kwargs["tag"])
 
     async def execute(self, instance_id: str, arguments: Mapping[str, Any]) -> ToolResult:
         await asyncio.sleep(0.05 * (arguments["chars"] % 3))
@@ -61,7 +65,8 @@ def test_multi_turn_rollout_token_in_token_out(tiny_model_dir: Any) -> None:
     settings = AgentLoopSettings(
         max_tool_calls=2, max_parallel_calls=1, max_total_response_length=400
     )
-    agent = AgentRollout({"count": Counter()}, tokenizer, settings, EveryTurnCalls.name)
+    counter = Counter()
+    agent = AgentRollout({"count": counter}, tokenizer, settings, EveryTurnCalls.name)
     prompts = [
         tokenizer.apply_chat_template(
             [{"role": "user", "content": m}], tokenize=True, add_generation_prompt=True
@@ -75,14 +80,17 @@ def test_multi_turn_rollout_token_in_token_out(tiny_model_dir: Any) -> None:
     )
     options = VLLMEngineOptions(dtype="float32", max_model_len=512, max_num_seqs=16, seed=0)
     engine = VLLMRolloutEngine(tiny_model_dir, options, accelerator="cpu")
+    # each prompt's tools_kwargs (a dataset row's, verl's format) reach its samples' create()
+    tools_kwargs = [{"count": {"create_kwargs": {"tag": f"prompt {p}"}}} for p in range(3)]
     try:
-        rows = agent.generate(engine, prompts, sampling)
-        again = agent.generate(engine, prompts, sampling)
+        rows = agent.generate(engine, prompts, sampling, tools_kwargs)
+        again = agent.generate(engine, prompts, sampling, tools_kwargs)
     finally:
         engine.close()
         agent.close()
     assert [r.token_ids for r in rows] == [r.token_ids for r in again]  # seeded per turn
     assert [r.prompt_index for r in rows] == [0, 0, 1, 1, 2, 2]
+    assert sorted(counter.tags) == sorted(f"prompt {p}" for p in (0, 0, 1, 1, 2, 2) * 2)
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), torch_dtype=torch.float32)
     for row in rows:
         assert row.agent is not None and row.loss_mask is not None

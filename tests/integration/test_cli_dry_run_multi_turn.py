@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests.fresh_process import REPO as ROOT
 from tests.fresh_process import ProcessRun, run_process
+from tests.local_ports import OTHER_LOOPBACK, unused_port
 
 TIMEOUT_S = 300.0
 
@@ -206,8 +207,9 @@ def test_mindspeed_rl_multi_turn_config_dry_runs_unchanged(tmp_path: Path) -> No
 
 
 def test_a_remote_sandbox_that_is_down_is_warned_in_the_dry_run(tmp_path: Path) -> None:
-    # 192.0.2.0/24 is TEST-NET-1: never routed, so nothing answers and nothing is reached
-    proc = _dry_run(tmp_path, "http://192.0.2.1:8080/run_code")
+    # a host mindrl does not stand in for, on this machine's loopback: nothing leaves it
+    where = f"{OTHER_LOOPBACK}:{unused_port(OTHER_LOOPBACK)}"
+    proc = _dry_run(tmp_path, f"http://{where}/run_code")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     warned = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
-    assert any("192.0.2.1:8080" in line and "code_interpreter" in line for line in warned), warned
+    assert any(where in line and "code_interpreter" in line for line in warned), warned

@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from mindrl.tools.registry import load_tools, read_tool_config
 from mindrl.tools.retrieval_server import RetrievalServer
 from mindrl.tools.sandbox_server import PIDS_CGROUP_V1, SandboxLimits, SandboxServer
 from mindrl.tools.search import SearchTool
+from tests.local_ports import OTHER_LOOPBACK, unused_port
 
 RETOOL_YAML = """tools:
   - class_name: "mindspeed_rl.tools.retool.ReTool"
@@ -84,9 +84,7 @@ CORPUS = [
 
 
 def free_loopback_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return unused_port("127.0.0.1")
 
 
 @pytest.fixture(scope="module")
@@ -186,11 +184,13 @@ def test_embedded_servers_start_where_a_loopback_url_does_not_answer(
     code_url = f"http://localhost:{free_loopback_port()}/run_code"
     search_url = f"http://127.0.0.1:{free_loopback_port()}/retrieve"
     code_tool = load_one(tmp_path, RETOOL_YAML.format(url=code_url, timeout=10))
-    search_tool = load_one(
-        tmp_path, SEARCH_YAML.format(url=search_url, extra=f"      retrieval_corpus: {corpus}")
+    search_yaml = SEARCH_YAML.format(url=search_url, extra=f"      retrieval_corpus: {corpus}")
+    search_tool = load_one(tmp_path, search_yaml)
+    (tmp_path / "both.yaml").write_text(
+        RETOOL_YAML.format(url=code_url, timeout=10) + search_yaml.removeprefix("tools:\n")
     )
-    tools = {"code_interpreter": code_tool, "search": search_tool}
-    with ensure_local_servers(tools) as servers:
+    # read from the YAML's entries, no tool instantiated to learn its URL
+    with ensure_local_servers(read_tool_config(tmp_path / "both.yaml")) as servers:
         assert len(servers.servers) == 2
         assert call(code_tool, {"code": "print(7 * 6)"}).text == "42\n"
         assert "Paris" in call(search_tool, {"query_list": ["France"]}).text
@@ -198,12 +198,13 @@ def test_embedded_servers_start_where_a_loopback_url_does_not_answer(
 
 
 def test_a_service_that_cannot_be_stood_in_for_is_named(tmp_path: Path) -> None:
-    remote = "http://192.0.2.1:9/run_code"  # TEST-NET-1: never answers
+    # a host mindrl does not stand in for, on this machine's loopback: refused at once
+    remote = f"http://{OTHER_LOOPBACK}:{unused_port(OTHER_LOOPBACK)}/run_code"
     (tmp_path / "remote.yaml").write_text(RETOOL_YAML.format(url=remote, timeout=5))
     problems = check_tool_services(read_tool_config(tmp_path / "remote.yaml"))
     assert problems == [f"tool code_interpreter: {remote} does not answer"]
     with pytest.raises(ToolServiceError, match="does not answer"):
-        ensure_local_servers(load_tools(tmp_path / "remote.yaml"))
+        ensure_local_servers(read_tool_config(tmp_path / "remote.yaml"))
     local = f"http://127.0.0.1:{free_loopback_port()}/retrieve"
     (tmp_path / "search.yaml").write_text(SEARCH_YAML.format(url=local, extra=""))
     (problem,) = check_tool_services(read_tool_config(tmp_path / "search.yaml"))
@@ -334,7 +335,7 @@ def test_two_services_on_one_local_port_and_a_missing_corpus_are_named(
     (problem,) = check_tool_services(read_tool_config(tmp_path / "both.yaml"))
     assert f"port {port} is already mindrl's embedded sandbox server" in problem
     with pytest.raises(ToolServiceError, match="give each service its own port"):
-        ensure_local_servers(load_tools(tmp_path / "both.yaml"))
+        ensure_local_servers(read_tool_config(tmp_path / "both.yaml"))
     assert not port_answers(f"http://127.0.0.1:{port}/")  # the sandbox started first was stopped
     missing = SEARCH_YAML.format(
         url=f"http://127.0.0.1:{port}/retrieve", extra="      retrieval_corpus: /nowhere.jsonl"

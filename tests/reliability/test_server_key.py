@@ -182,6 +182,7 @@ def test_a_stray_gloo_peer_is_refused_and_named(server):
 
 def test_off_loopback_a_server_answering_without_a_key_is_refused():
     assert on_loopback("http://127.0.0.1:8000") and on_loopback("http://localhost:8000")
+    # a TEST-NET-1 address off loopback: these checks read the address and never connect
     assert not on_loopback("http://192.0.2.10:8000")  # any address off 127.0.0.0/8 and ::1
     problem = unkeyed_server_problem("http://192.0.2.10:8000", ["/get_world_size"])
     assert problem is not None and "mindrl.rollout.vllm_auth.RequireKey" in problem

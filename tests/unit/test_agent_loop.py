@@ -115,6 +115,46 @@ def run_loop(
     return trajs, policy
 
 
+class Grade(Tool):
+    """Grades an answer against the sample's ground truth, which only create() is given (the
+    row's ``tools_kwargs``, verl's format)."""
+
+    def __init__(self) -> None:
+        super().__init__({}, ToolSchema("grade", "Grades.", {"type": "object"}))
+        self.truth: dict[str, str] = {}
+
+    async def create(self, instance_id: str, **create_kwargs: Any) -> None:
+        self.truth[instance_id] = create_kwargs["ground_truth"]
+
+    async def execute(self, instance_id: str, arguments: Mapping[str, Any]) -> ToolResult:
+        right = str(arguments["a"]) == self.truth[instance_id]
+        return ToolResult("right" if right else "wrong")
+
+    async def release(self, instance_id: str) -> None:
+        del self.truth[instance_id]
+
+
+def test_each_sample_creates_its_tools_with_its_rows_tools_kwargs(tokenizer: Any) -> None:
+    grade = Grade()
+    settings = AgentLoopSettings(max_tool_calls=1)
+    scripts = {3: [call(7, name="grade"), "done"], 4: [call(7, name="grade"), "done"]}
+    policy = ScriptedPolicy(tokenizer, scripts, tokenizer.eos_token_id)
+    renderer = ToolTurnRenderer(tokenizer)
+    loop = AgentLoop(policy, {"grade": grade}, get_parser("hermes"), renderer, settings)
+    tools_kwargs = [
+        {"grade": {"create_kwargs": {"ground_truth": "7"}}},
+        {"grade": {"create_kwargs": {"ground_truth": "8"}}, "other_tool": {}},
+    ]
+    sampling = RolloutSampling(n=1, max_tokens=64)
+    trajs = asyncio.run(loop.run([[3, 5], [4, 5]], sampling, [0, 0], tools_kwargs))
+    answers = [tokenizer.decode(t.response_ids[: len(t.loss_mask)]) for t in trajs]
+    assert "right" in answers[0] and "wrong" not in answers[0]
+    assert "wrong" in answers[1] and "right" not in answers[1]
+    assert [t.tool_errors for t in trajs] == [0, 0] and grade.truth == {}  # all released
+    with pytest.raises(ValueError, match="1 tools_kwargs for 2 prompts"):
+        asyncio.run(loop.run([[3, 5], [4, 5]], sampling, [0, 0], tools_kwargs[:1]))
+
+
 def test_token_in_token_out_and_the_mask(tokenizer: Any) -> None:
     renderer = ToolTurnRenderer(tokenizer)
     trajs, policy = run_loop(tokenizer, {3: [call(2, 3), "it is 5"]})

@@ -31,7 +31,7 @@ class TieOnEvenPrompts(FakeActor):
 
     seen: list = []
 
-    def generate(self, prompts_per_rank, sampling):
+    def generate(self, prompts_per_rank, sampling, tools_kwargs_per_rank=None):
         self.calls.append("generate")
         self.seen.append((sampling.seed, [p[0] for prompts in prompts_per_rank for p in prompts]))
         return [

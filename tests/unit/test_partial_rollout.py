@@ -36,7 +36,7 @@ class RoundActor(FakeActor):
         super().__init__()
         self.budgets: list[int] = []
 
-    def generate(self, prompts_per_rank, sampling):
+    def generate(self, prompts_per_rank, sampling, tools_kwargs_per_rank=None):
         self.calls.append("generate")
         assert sampling.n == 1
         self.budgets.append(sampling.max_tokens)

@@ -84,7 +84,7 @@ class FakeGenerator(RolloutGenerator):
     def rollout_ranks(self) -> list[int]:
         return [0, 1]
 
-    def generate(self, prompts_per_rank, sampling):
+    def generate(self, prompts_per_rank, sampling, tools_kwargs_per_rank=None):
         self.calls.append("generate")
         return [
             [_row(p, [7] * (i + 1)) for p in range(len(prompts)) for i in range(sampling.n)]
@@ -263,7 +263,7 @@ def test_overlong_filter_reaches_the_update_without_editing_the_rollout_batch():
     t, actor = _trainer(["rl_config.overlong_filter=true"])
     gen_rows = FakeGenerator.generate
 
-    def cut(self, prompts_per_rank, sampling):  # every 2nd response hit max_tokens
+    def cut(self, prompts_per_rank, sampling, tools_kwargs_per_rank=None):  # 2nd: max_tokens
         out = gen_rows(self, prompts_per_rank, sampling)
         return [
             [
@@ -333,7 +333,7 @@ class FakeRolloutGroup(FakeGenerator):
     log: list[str] = field(default_factory=list)
     loaded: int = 0
 
-    def generate_async(self, prompts_per_rank, sampling):
+    def generate_async(self, prompts_per_rank, sampling, tools_kwargs_per_rank=None):
         self.log.append(f"dispatch seed={sampling.seed}")
         return FakeGenerator.generate(self, prompts_per_rank, sampling)
 
