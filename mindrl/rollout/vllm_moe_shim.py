@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from typing import Any
+from typing import Any, cast
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def _repack_on_reload(setup_kernel: Any) -> Any:
         setup_kernel(self, layer, w13, w2)
         experts = getattr(self.moe_kernel, "fused_experts", None) if reloading else None
         if experts is not None and isinstance(experts, _cpu_experts_classes()):
-            experts.process_weights_after_loading(layer)
+            cast(Any, experts).process_weights_after_loading(layer)
 
     setattr(setup_then_repack, _PATCHED_FLAG, True)
     return setup_then_repack
