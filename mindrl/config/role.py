@@ -21,10 +21,13 @@ from mindrl.config.megatron_features import (
 from mindrl.config.megatron_runtime import MegatronLoopConfig, MemoryConfig
 from mindrl.config.model_arch import ModelArchConfig
 
-CONTEXT_PARALLEL_ALGOS = ("ulysses_cp_algo", "megatron_cp_algo")
-ONE_CP_EXCHANGE = no_effect(
-    "mindrl's context parallelism (megatron's local attention) exchanges each layer's keys "
-    "and values in one collective: no send / receive ring to overlap or fuse"
+CONTEXT_PARALLEL_ALGOS = ("ulysses_cp_algo", "megatron_cp_algo", "hybrid_cp_algo")
+RING_ALWAYS_OVERLAPS = no_effect(
+    "mindrl's ring attention (megatron's local attention) always sends the next key / value "
+    "block while it attends the current one"
+)
+RING_UPDATE_UNFUSED = no_effect(
+    "mindrl's ring attention merges the blocks' softmax with torch ops (no fused kernel)"
 )
 MINDSPEED_KERNEL = handed(
     MINDSPEED,
@@ -71,15 +74,23 @@ class ParallelConfig:
     context_parallel_algo: str = spec(
         "ulysses_cp_algo",
         help="how CP ranks attend across the split (read with context_parallel_size > 1): "
-        "megatron_cp_algo (ring: keys / values of every rank) or ulysses_cp_algo "
-        "(all-to-all over heads)",
+        "megatron_cp_algo (ring: keys / values of every rank), ulysses_cp_algo "
+        "(all-to-all over heads) or hybrid_cp_algo (MindSpeed's: Ulysses inside groups of "
+        "ulysses_degree_in_cp ranks, ring across them)",
         fate=refused(
-            "MindSpeed-RL trains with ulysses_cp_algo or megatron_cp_algo only",
+            "MindSpeed's context parallel algorithms are ulysses_cp_algo, megatron_cp_algo "
+            "and hybrid_cp_algo",
             allowed=CONTEXT_PARALLEL_ALGOS,
         ),
     )
-    use_cp_send_recv_overlap: bool = spec(False, fate=ONE_CP_EXCHANGE)
-    use_fused_ring_attention_update: bool = spec(False, fate=ONE_CP_EXCHANGE)
+    ulysses_degree_in_cp: int | None = spec(
+        None,
+        ge=2,
+        help="hybrid_cp_algo: CP ranks per Ulysses group (MindSpeed's --ulysses-degree-in-cp); "
+        "it divides context_parallel_size, leaving a ring of 2 or more",
+    )
+    use_cp_send_recv_overlap: bool = spec(False, fate=RING_ALWAYS_OVERLAPS)
+    use_fused_ring_attention_update: bool = spec(False, fate=RING_UPDATE_UNFUSED)
     num_layers_per_virtual_pipeline_stage: int | None = spec(
         None,
         ge=1,

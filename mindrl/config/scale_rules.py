@@ -16,6 +16,7 @@ def scale_problems(role: RoleConfig) -> list[str]:
         *_recompute(role),
         *_overlap(role),
         *_moment_dtypes(role),
+        *_context_parallel(role),
     )
     return [f"{sec}.{p}" for p in problems]
 
@@ -109,5 +110,33 @@ def _moment_dtypes(role: RoleConfig) -> list[str]:
         return [
             f"{' / '.join(narrowed)}: only read with use_precision_aware_optimizer: true "
             "(as in megatron)"
+        ]
+    return []
+
+
+def _context_parallel(role: RoleConfig) -> list[str]:
+    """The Ulysses degree (`ulysses_cp_algo`: CP, `hybrid_cp_algo`: `ulysses_degree_in_cp`)
+    against CP and the heads each TP rank holds (Ulysses splits them over its ranks)."""
+    par = role.parallel
+    hybrid = par.context_parallel_algo == "hybrid_cp_algo"
+    if par.ulysses_degree_in_cp is not None and not (hybrid and role.cp > 1):
+        return [
+            "ulysses_degree_in_cp: read only with context_parallel_algo hybrid_cp_algo and "
+            "context_parallel_size > 1"
+        ]
+    if role.cp == 1 or par.context_parallel_algo == "megatron_cp_algo":
+        return []
+    ulysses = par.ulysses_degree_in_cp if hybrid else role.cp
+    if hybrid and (ulysses is None or role.cp % ulysses or role.cp == ulysses):
+        return [
+            f"ulysses_degree_in_cp: {ulysses} must divide context_parallel_size ({role.cp}) "
+            "and leave a ring of 2 or more (hybrid_cp_algo)"
+        ]
+    assert ulysses is not None
+    heads = role.model.num_attention_heads // role.tp
+    if heads % ulysses:
+        return [
+            f"context_parallel_algo: {par.context_parallel_algo} splits each TP rank's "
+            f"{heads} attention heads over {ulysses} Ulysses ranks: not a divisor"
         ]
     return []

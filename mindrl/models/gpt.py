@@ -330,13 +330,17 @@ def build_gpt_model(
     config_overrides: Mapping[str, Any] | None = None,
     lora: LoRAConfig | None = None,
     context_parallel_algo: str = "megatron_cp_algo",
+    ulysses_degree_in_cp: int | None = None,
+    cp_ring_kv: str = "pass",
 ) -> GPTModel:
     """One GPTModel chunk for this rank's TP/PP position (parallel_state must be initialised).
 
     `meta_device=True` builds the model without storage (the offline converter only needs its
     `sharded_state_dict()` layout). The model is on the accelerator's device, in params_dtype.
     Under context parallelism (parallel_state's CP group > 1) the model splits each input
-    sequence over the CP ranks by `context_parallel_algo` (`models/context_parallel.py`).
+    sequence over the CP ranks by `context_parallel_algo` (and `ulysses_degree_in_cp` for
+    `hybrid_cp_algo`; `models/context_parallel.py`); `cp_ring_kv` "gather" all-gathers the
+    ring's keys / values instead of passing them round (the benchmark's comparison).
     """
     import torch
     from megatron.core import parallel_state as ps
@@ -399,10 +403,10 @@ def build_gpt_model(
         use_row_grad_embedding(model)
     cp = ps.get_context_parallel_world_size()
     if cp > 1 and not meta_device:
-        _check_context_parallel(config, use_te, pp)
+        _check_context_parallel(config, use_te)
         from mindrl.models.context_parallel import install_context_parallel
 
-        install_context_parallel(model, context_parallel_algo)
+        install_context_parallel(model, context_parallel_algo, ulysses_degree_in_cp, cp_ring_kv)
     dtype = torch_dtype(params_dtype)
     if dtype != torch.float32:
         # The local spec's torch norms ignore params_dtype; megatron's Float16Module casts the
@@ -414,16 +418,11 @@ def build_gpt_model(
     return model
 
 
-def _check_context_parallel(config: TransformerConfig, use_te: bool | None, pp: int) -> None:
-    """What mindrl's context parallelism covers: megatron's local spec, one pipeline stage,
-    no sequence parallelism, dense layers."""
+def _check_context_parallel(config: TransformerConfig, use_te: bool | None) -> None:
+    """What mindrl's context parallelism covers: megatron's local spec, dense layers."""
     problems = []
     if use_te or (use_te is None and te_available()):
         problems.append("Transformer Engine's attention (megatron-core's own CP there)")
-    if pp > 1:
-        problems.append(f"pipeline_model_parallel_size {pp}")
-    if config.sequence_parallel:
-        problems.append("sequence_parallel")
     if config.num_moe_experts:
         problems.append("MoE layers")
     if problems:

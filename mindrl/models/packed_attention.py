@@ -15,7 +15,7 @@ each response over its prompt and itself.
 the attention lays the segments side by side by these two indices, and the fused rope
 (`models/fused_rope.py`) rotates each token by the angle of its position within its own
 sequence. Context parallelism (`ContextParallelParams`) takes `mindrl.models.
-context_parallel`: this rank's queries over the whole sequence's keys.
+cp_exchange`: this rank's queries over the whole sequence's keys.
 """
 
 from __future__ import annotations
@@ -26,11 +26,8 @@ from typing import Any
 import torch
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 
-from mindrl.models.context_parallel import (
-    ContextParallelParams,
-    context_parallel_attention,
-    segment_positions,
-)
+from mindrl.models.cp_exchange import context_parallel_attention
+from mindrl.models.cp_layout import ContextParallelParams, segment_positions
 from mindrl.models.sdpa import gather_rows, scaled_dot_product_attention
 from mindrl.models.shared_prefix import SharedPrefixParams
 

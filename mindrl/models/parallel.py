@@ -214,7 +214,10 @@ def destroy_parallel() -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state
 
+    from mindrl.models.cp_layout import forget_cp_subgroups
+
     global _OWNS_PROCESS_GROUP
+    forget_cp_subgroups()
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
     if _OWNS_PROCESS_GROUP and dist.is_initialized():

@@ -102,6 +102,7 @@ class MegatronModelWorker(ProfiledWorker, Worker):
             config_overrides=overrides,
             lora=lora,
             context_parallel_algo=self.cfg.parallel.context_parallel_algo,
+            ulysses_degree_in_cp=self.cfg.parallel.ulysses_degree_in_cp,
         )
         if lora is not None:
             from mindrl.models.lora import init_adapters

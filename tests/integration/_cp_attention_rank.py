@@ -5,7 +5,7 @@ and, here alone, the whole sequence attended by torch's causal attention (per pa
 Forward outputs and the gradients of this rank's queries, keys and values are compared to
 the whole sequence's rows of this rank.
 
-Arguments: {"algo", "packed": bool}. Result: {"out": max difference, "grads": max difference}.
+Arguments: {"algo", "packed": bool, "ulysses": Ulysses degree (hybrid_cp_algo), "ring_kv"}. Result: {"out": max difference, "grads": max difference}.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     import torch
     from megatron.core.packed_seq_params import PackedSeqParams
 
-    from mindrl.models.context_parallel import context_parallel_attention, split_micro_batch
+    from mindrl.models.context_parallel import split_micro_batch
+    from mindrl.models.cp_exchange import context_parallel_attention
+    from mindrl.models.cp_layout import CPLayout
     from mindrl.models.parallel import destroy_parallel, init_parallel
 
     torch.set_num_threads(1)
@@ -66,7 +68,9 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         )
     else:
         mask = ~torch.ones(SEQ, SEQ, dtype=torch.bool).tril()[None, None].expand(batch, 1, -1, -1)
-    _, _, params = split_micro_batch((tokens, None, mask), extra, args["algo"])
+    layout = CPLayout.of(args["algo"], world, args.get("ulysses"))
+    ring_kv = args.get("ring_kv", "gather")
+    _, _, params = split_micro_batch((tokens, None, mask), extra, layout, ring_kv)
     index = params.query_index
 
     whole = [t.clone().requires_grad_() for t in (q, k, v)]

@@ -1,7 +1,8 @@
 """Context parallelism on megatron-core's local attention over gloo (several processes, fp32):
 the reference and old-policy log-probs, the update's losses, grad norm and the policy after
 the updates at CP 2 are those of CP 1 (<= 1e-5), padded and packed (use_remove_padding), ring
-(megatron_cp_algo) and Ulysses (ulysses_cp_algo), and TP 2 x CP 2 those of TP 2."""
+(megatron_cp_algo) and Ulysses (ulysses_cp_algo); hybrid_cp_algo at CP 4 those of CP 1;
+TP 2 x CP 2 those of TP 2 (with sequence parallelism too) and PP 2 x CP 2 those of PP 2."""
 
 from __future__ import annotations
 
@@ -10,12 +11,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.integration.test_packing import PACKED, POLICY_TOL, _close, _run, _same_run
+from tests.integration.test_packing import PACKED, POLICY_TOL, PP2, TP2_SP, _close, _run, _same_run
 
 CP2 = ["actor_config.context_parallel_size=2"]
 RING = ["actor_config.context_parallel_algo=megatron_cp_algo"]
 ULYSSES = ["actor_config.context_parallel_algo=ulysses_cp_algo"]
 TP2 = ["actor_config.tensor_model_parallel_size=2"]
+HYBRID_CP4 = [
+    "actor_config.context_parallel_size=4",
+    "actor_config.context_parallel_algo=hybrid_cp_algo",
+    "actor_config.ulysses_degree_in_cp=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -82,18 +88,52 @@ def test_tp2_cp2_equals_tp2(fresh, tiny_model_dir, grads_dir, algo):
     _same_run(run, tp2)
 
 
+@pytest.mark.slow
+def test_hybrid_cp4_equals_cp1(fresh, tiny_model_dir, grads_dir, cp1):
+    """hybrid_cp_algo: Ulysses 2 inside a ring of 2, on 4 processes."""
+    run = _run(fresh, str(tiny_model_dir), 4, HYBRID_CP4, grads_dir, steps=3)
+    _same_run(run, cp1)
+
+
+@pytest.mark.slow
+def test_tp2_sp_cp2_equals_tp2_sp(fresh, tiny_model_dir, grads_dir):
+    """Sequence parallelism splits each CP rank's tokens over TP as it splits them without CP."""
+    base = _run(fresh, str(tiny_model_dir), 2, TP2_SP, grads_dir, steps=3)
+    run = _run(fresh, str(tiny_model_dir), 4, TP2_SP + CP2 + RING, grads_dir, steps=3)
+    _same_run(run, base)
+
+
+@pytest.mark.slow
+def test_pp2_cp2_equals_pp2(fresh, tiny_model_dir, grads_dir):
+    """Pipeline stages pass their CP share of the tokens on; the last gathers."""
+    base = _run(fresh, str(tiny_model_dir), 2, PP2, grads_dir, steps=3)
+    run = _run(fresh, str(tiny_model_dir), 4, PP2 + CP2 + RING, grads_dir, steps=3)
+    _same_run(run, base)
+
+
 ATTENTION_SCRIPT = Path(__file__).with_name("_cp_attention_rank.py")
 
 
-@pytest.mark.parametrize("world", [2, 3], ids=["cp2", "cp3"])
+LAYOUTS = [  # algo, CP, Ulysses degree (hybrid), how keys / values cross the ring
+    ("megatron_cp_algo", 2, None, "pass"),
+    ("megatron_cp_algo", 3, None, "pass"),
+    ("megatron_cp_algo", 3, None, "gather"),
+    ("ulysses_cp_algo", 2, None, "gather"),
+    ("hybrid_cp_algo", 4, 2, "pass"),  # Ulysses 2 inside a ring of 2
+]
+
+
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
-@pytest.mark.parametrize("algo", ["megatron_cp_algo", "ulysses_cp_algo"])
-def test_attention_across_cp_ranks_equals_whole_sequence(fresh, algo, packed, world):
+@pytest.mark.parametrize(
+    ("algo", "world", "ulysses", "ring_kv"),
+    LAYOUTS,
+    ids=[f"{a}-cp{w}-{kv}" for a, w, _, kv in LAYOUTS],
+)
+def test_attention_across_cp_ranks_equals_whole_sequence(
+    fresh, algo, world, ulysses, ring_kv, packed
+):
     """fp64: this rank's rows of the whole sequence's attention and of its gradients."""
-    if algo == "ulysses_cp_algo" and world == 3:
-        pytest.skip("4 heads do not split over 3 ranks")
-    results = fresh.ranks(
-        ATTENTION_SCRIPT, {"algo": algo, "packed": packed}, world_size=world, timeout_s=300.0
-    )
+    args = {"algo": algo, "packed": packed, "ulysses": ulysses, "ring_kv": ring_kv}
+    results = fresh.ranks(ATTENTION_SCRIPT, args, world_size=world, timeout_s=600.0)
     for rank in results:
         assert rank["out"] < 1e-12 and rank["grads"] < 1e-12, rank

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mindrl.config import load_run_config
-from mindrl.models.context_parallel import chunk_index, global_order
+from mindrl.models.cp_layout import CPLayout, chunk_index
 from mindrl.planning.activations import forward_activations, stage_activations
 from mindrl.planning.shapes import role_shape
 
@@ -24,7 +24,7 @@ def test_chunks_are_megatrons_load_balanced_pairs():
     assert chunk_index(8, 2, 0).tolist() == [0, 1, 6, 7]
     assert chunk_index(8, 2, 1).tolist() == [2, 3, 4, 5]
     ranks = torch.cat([chunk_index(12, 3, r) for r in range(3)])
-    assert ranks[global_order(12, 3)].tolist() == list(range(12))
+    assert ranks[CPLayout(3, 1).order(12)].tolist() == list(range(12))
     with pytest.raises(ValueError, match="multiple of 2 x CP = 4"):
         chunk_index(10, 2, 0)
 
@@ -247,3 +247,35 @@ def test_mindspeed_long_response_dapo_configs_dry_run_unchanged(
     assert "TP=8 PP=2 CP=2 DP=" in out, out
     assert "actor TP8 PP2 CP2 DP" in out  # the memory plan per rank, at CP 2
     assert not [line for line in err.splitlines() if line.startswith("error: ")], err
+
+
+def test_hybrid_layout_nests_ulysses_inside_the_ring():
+    """hybrid_cp_algo, CP 4 = ring 2 x Ulysses 2: ring rank r's load-balanced pair of chunks,
+    split in consecutive halves over its two Ulysses ranks."""
+    layout = CPLayout.of("hybrid_cp_algo", 4, 2)
+    assert (layout.ring, layout.ulysses) == (2, 2)
+    assert layout.local_index(16, 0).tolist() == [0, 1, 2, 3]
+    assert layout.local_index(16, 1).tolist() == [12, 13, 14, 15]
+    assert layout.local_index(16, 2).tolist() == [4, 5, 6, 7]
+    ranks = torch.cat([layout.local_index(16, r) for r in range(4)])
+    assert ranks[layout.order(16)].tolist() == list(range(16))
+    assert CPLayout.of("ulysses_cp_algo", 2).local_index(8, 1).tolist() == [4, 5, 6, 7]
+    with pytest.raises(ValueError, match="leave a ring of 2"):
+        CPLayout.of("hybrid_cp_algo", 4, 4)
+
+
+def test_hybrid_config_needs_a_degree_that_leaves_a_ring():
+    from mindrl.config.errors import ConfigError
+
+    cp4 = [
+        "rl_config.share_prompt_forward=false",
+        "rl_config.actor_resource.num_npus=4",
+        "actor_config.context_parallel_size=4",
+        "actor_config.context_parallel_algo=hybrid_cp_algo",
+    ]
+    run, _ = load_run_config("grpo_tiny_cpu", [*cp4, "actor_config.ulysses_degree_in_cp=2"])
+    assert (run.actor.cp, run.actor.parallel.ulysses_degree_in_cp) == (4, 2)
+    with pytest.raises(ConfigError, match="leave a ring of 2 or more"):
+        load_run_config("grpo_tiny_cpu", [*cp4, "actor_config.ulysses_degree_in_cp=4"])
+    with pytest.raises(ConfigError, match="read only with context_parallel_algo hybrid"):
+        load_run_config("grpo_tiny_cpu", [*cp4[:2], "actor_config.ulysses_degree_in_cp=2"])

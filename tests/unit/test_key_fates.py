@@ -56,8 +56,8 @@ Type = frozenset  # of ("C", cls) an instance, ("L", cls) a container of instanc
 READ_DESPITE_FATE: dict[tuple[str, str], str] = {
     ("DataConfig", "stage"): "refused outside ray_grpo / ray_dapo; the trainer reads which one",
     ("ModelArchConfig", "rope_scaling_type"): "refused except llama3; the builder reads it",
-    ("ParallelConfig", "context_parallel_algo"): "refused except ring / Ulysses; the model "
-    "builder reads which one",
+    ("ParallelConfig", "context_parallel_algo"): "refused except ring / Ulysses / hybrid; the "
+    "model builder reads which one",
 }
 
 
@@ -497,8 +497,8 @@ REFUSED = [
     ("rl_config.tp_split_expert=true", "expert-parallel rollout): not built yet"),
     ("generate_config.infer_pipeline_parallel_size=2", "pipeline-parallel rollout"),
     (
-        "megatron_training.context_parallel_algo=hybrid_cp_algo",
-        "MindSpeed-RL trains with ulysses_cp_algo or megatron_cp_algo only",
+        "megatron_training.context_parallel_algo=kvallgather_cp_algo",
+        "MindSpeed's context parallel algorithms are ulysses_cp_algo, megatron_cp_algo and",
     ),
     ("megatron_training.lora_target_modules=[linear_q]", "not megatron linears mindrl adapts"),
     ("megatron_training.stage=ray_foo", "mindrl trains GRPO, DAPO, PPO and offline DPO"),

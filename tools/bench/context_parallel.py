@@ -1,5 +1,6 @@
 """Benchmark: one long sequence's forward + backward on megatron-core at CP 1 and CP 2 (and
-TP 2 x CP 2 with `--tp2`), over gloo on this CPU.
+TP 2 x CP 2 with `--tp2`), over gloo on this CPU; ring attention's keys / values passed round
+the ring (`cp2`) and all-gathered (`cp2_gather`).
 
     python tools/bench/context_parallel.py [--tokens 4096] [--reps 3] [--tp2]
                                            [--config-name grpo_tiny_long_cp2_cpu]
@@ -29,7 +30,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-LAYOUTS = {"cp1": (1, 1), "cp2": (1, 2), "tp2_cp2": (2, 2)}
+# layout: TP, CP, how ring attention's keys / values cross the ring
+LAYOUTS = {
+    "cp1": (1, 1, "pass"),
+    "cp2": (1, 2, "pass"),
+    "cp2_gather": (1, 2, "gather"),
+    "tp2_cp2": (2, 2, "pass"),
+}
 
 
 def rank_main(args: argparse.Namespace) -> None:
@@ -46,11 +53,11 @@ def rank_main(args: argparse.Namespace) -> None:
     from tools.bench._memory_measure import SavedBytes, live_storages
 
     torch.set_num_threads(1)
-    tp, cp = LAYOUTS[args.layout]
+    tp, cp, ring_kv = LAYOUTS[args.layout]
     init_parallel(tp, 1, context_parallel_size=cp, accelerator="cpu")
     run, _ = load_run_config(args.config_name, [])
     arch = run.actor.model
-    model = build_gpt_model(arch, context_parallel_algo=args.algo)
+    model = build_gpt_model(arch, context_parallel_algo=args.algo, cp_ring_kv=ring_kv)
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, arch.vocab_size, (1, args.tokens), generator=gen)
     positions = torch.arange(args.tokens)[None]
@@ -80,7 +87,7 @@ def run_layout(layout: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The layout's ranks as processes; their results in rank order."""
     from mindrl.cluster.calls import free_port
 
-    tp, cp = LAYOUTS[layout]
+    tp, cp, _ = LAYOUTS[layout]
     world = tp * cp
     port = free_port("127.0.0.1")
     procs = []
@@ -136,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.layout:
         rank_main(args)
         return 0
-    layouts = ["cp1", "cp2", *(["tp2_cp2"] if args.tp2 else [])]
+    layouts = ["cp1", "cp2", "cp2_gather", *(["tp2_cp2"] if args.tp2 else [])]
     report = {
         "tokens": args.tokens,
         "algo": args.algo,
