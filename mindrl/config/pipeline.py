@@ -3,8 +3,8 @@
 
 Generation overlaps training only when the engines have devices of their own (a rollout
 group or vLLM servers): in the hybrid layout the actor's ranks generate, so there is nothing
-to overlap with. Samples up to k updates old are corrected by truncated importance sampling
-against the engine's log-probs, on unless the YAML says `use_tis` itself. DAPO's dynamic
+to overlap with. Samples up to k updates old are corrected by the rollout correction (truncated
+importance sampling unless `rollout_is_*` choose another) against the engine's log-probs, on unless the YAML says `use_tis` itself. DAPO's dynamic
 sampling (several generation batches per step) and partial rollout are not built in this
 mode; partial rollout alone, which continues responses with newer weights, turns truncated
 importance sampling on the same way.
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def with_pipeline_defaults(rl: RLConfig, raw_rl: Mapping[str, Any], notes: list[str]) -> RLConfig:
-    """Truncated importance sampling on when samples hold tokens of older policies (the
+    """The rollout correction on when samples hold tokens of older policies (the
     pipeline, partial rollout) unless `use_tis` is set in the YAML."""
     if "use_tis" in raw_rl:
         return rl
@@ -36,8 +36,9 @@ def with_pipeline_defaults(rl: RLConfig, raw_rl: Mapping[str, Any], notes: list[
     else:
         return rl
     notes.append(
-        f"{why}: truncated importance sampling against the engine's log-probs is on "
-        "(use_tis: true; set use_tis to choose)"
+        f"{why}: the rollout correction against the engine's log-probs is on (use_tis: "
+        "true; its level and mode from rl_config.rollout_is_*, token-level truncation unless "
+        "they say otherwise; set use_tis to choose)"
     )
     return dataclasses.replace(rl, algorithm=dataclasses.replace(rl.algorithm, use_tis=True))
 
