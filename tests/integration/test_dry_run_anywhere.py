@@ -347,7 +347,9 @@ def test_the_software_stack_is_checked_where_the_accelerator_is(capsys, monkeypa
     import mindrl.accelerator.versions as versions
 
     real = versions.installed_versions()
-    monkeypatch.setattr(versions, "installed_versions", lambda: {**real, "megatron-core": "0.11.0"})
+    monkeypatch.setattr(
+        versions, "installed_versions", lambda *_: {**real, "megatron-core": "0.11.0"}
+    )
     rc, _, err = _main(
         capsys, monkeypatch, config_dir, "plain", "--dry-run", "runtime.ray_num_cpus=2"
     )
