@@ -46,8 +46,9 @@ def _repack_on_reload(setup_kernel: Any) -> Any:
     def setup_then_repack(self: Any, layer: Any, w13: Any, w2: Any) -> None:
         reloading = getattr(self, "moe_kernel", None) is not None
         setup_kernel(self, layer, w13, w2)
-        experts = getattr(self.moe_kernel, "fused_experts", None) if reloading else None
-        if experts is not None and isinstance(experts, _cpu_experts_classes()):
+        experts: Any = getattr(self.moe_kernel, "fused_experts", None) if reloading else None
+        cpu_experts = isinstance(experts, _cpu_experts_classes())
+        if cpu_experts:
             experts.process_weights_after_loading(layer)
 
     setattr(setup_then_repack, _PATCHED_FLAG, True)
